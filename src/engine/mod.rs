@@ -1,0 +1,123 @@
+//! Engines: what generates the policy's text.
+//!
+//! An [`Engine`] continues a text prefix (the growing transcript: prompt,
+//! generated rounds and spliced documents) and streams the continuation in
+//! pieces. The search loop re-sends the whole transcript each round, as the
+//! reference implementations do (Search-R1 `infer.py` re-encodes the string).
+//!
+//! Implementations: [`mistral::MistralEngine`] (mistral.rs, embedded) and
+//! [`scripted::ScriptedEngine`] (replays given text, for tests).
+//! Dropping the receiver returned by [`Engine::generate`] cancels generation.
+
+pub mod mistral;
+pub mod scripted;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+/// A chat role, as in OpenAI's API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+/// One message of a conversation, text only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChatTurn {
+    pub role: Role,
+    pub content: String,
+}
+
+/// Decoding settings for one generation call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationParams {
+    /// Most new tokens this call may generate (at least 1).
+    pub max_tokens: usize,
+    /// Sampling temperature; `None` or `0.0` is greedy decoding, which is exact
+    /// and reproducible.
+    pub temperature: Option<f64>,
+    /// Nucleus sampling mass in (0, 1]; ignored when greedy.
+    pub top_p: Option<f64>,
+    /// Strings at which the engine may stop early. The search loop still cuts
+    /// the text itself: mistral.rs stops one token late.
+    pub stop: Vec<String>,
+}
+
+impl GenerationParams {
+    /// True when decoding is greedy.
+    pub fn is_greedy(&self) -> bool {
+        self.temperature.is_none_or(|t| t <= 0.0)
+    }
+}
+
+/// Why the engine stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineFinish {
+    /// End-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens` or the model's context length reached.
+    Length,
+}
+
+/// One item of a generation stream.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EngineEvent {
+    /// The next piece of decoded text (never a partial UTF-8 character) and
+    /// how many tokens produced it (usually 1).
+    Text { text: String, tokens: usize },
+    /// The last item: why it stopped.
+    Done(EngineFinish),
+}
+
+/// Engine failures.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    /// The model could not be loaded.
+    #[error("model load failed: {0}")]
+    Load(String),
+    /// The prompt does not fit in the model's context.
+    #[error("the transcript is {prompt_tokens} tokens, the model's context is {limit} tokens")]
+    ContextLength { prompt_tokens: usize, limit: usize },
+    /// The engine failed while serving a request.
+    #[error("engine failure: {0}")]
+    Internal(String),
+}
+
+/// One running generation. Dropping `events` cancels it.
+#[derive(Debug)]
+pub struct Generation {
+    /// Length of the prompt in tokens.
+    pub prompt_tokens: usize,
+    /// The continuation: [`EngineEvent::Text`] pieces, then one
+    /// [`EngineEvent::Done`] (or an error).
+    pub events: mpsc::Receiver<Result<EngineEvent, EngineError>>,
+}
+
+/// A text generator the search loop drives. See the module documentation.
+#[async_trait]
+pub trait Engine: Send + Sync {
+    /// The model id clients use (`/v1/models`).
+    fn model_id(&self) -> &str;
+
+    /// Renders `messages` through the model's chat template, ending with the
+    /// generation prompt for a new assistant turn, as text.
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when the template fails.
+    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError>;
+
+    /// Starts generating a continuation of `prompt` (raw text, special tokens
+    /// written out, no BOS added).
+    ///
+    /// # Errors
+    /// [`EngineError::ContextLength`] when the prompt leaves no room to
+    /// generate; [`EngineError::Internal`] when the engine refuses the request.
+    async fn generate(
+        &self,
+        prompt: &str,
+        params: &GenerationParams,
+    ) -> Result<Generation, EngineError>;
+}

@@ -1,0 +1,126 @@
+//! A test engine that replays scripted output with chosen piece boundaries.
+//!
+//! Each [`Engine::generate`] call plays the next script: a list of pieces, each
+//! counted as one token. Like mistral.rs it stops one piece AFTER a stop string
+//! appears, and at `max_tokens` with [`EngineFinish::Length`]; it records every
+//! prompt it was given so tests can check the transcript byte for byte.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::{
+    ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams,
+};
+
+/// See the module documentation.
+#[derive(Clone, Default)]
+pub struct ScriptedEngine {
+    scripts: Arc<Mutex<VecDeque<Vec<String>>>>,
+    prompts: Arc<Mutex<Vec<String>>>,
+    delay: Duration,
+}
+
+impl ScriptedEngine {
+    /// An engine that plays `scripts` in order, one per generation call; after
+    /// the last one it generates nothing and stops.
+    pub fn new<S: AsRef<str>>(scripts: impl IntoIterator<Item = Vec<S>>) -> Self {
+        Self {
+            scripts: Arc::new(Mutex::new(
+                scripts
+                    .into_iter()
+                    .map(|s| s.iter().map(|p| p.as_ref().to_string()).collect())
+                    .collect(),
+            )),
+            ..Self::default()
+        }
+    }
+
+    /// Waits `delay` before each piece (for cancellation tests).
+    pub fn with_delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Every prompt received so far, in order.
+    pub fn prompts(&self) -> Vec<String> {
+        self.prompts.lock().expect("prompts lock").clone()
+    }
+}
+
+#[async_trait]
+impl Engine for ScriptedEngine {
+    fn model_id(&self) -> &str {
+        "scripted"
+    }
+
+    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
+        let mut out = String::new();
+        for m in messages {
+            let role = serde_json::to_value(m.role).expect("role serialises");
+            let role = role.as_str().unwrap_or("user");
+            out.push_str(&format!("<|im_start|>{role}\n{}<|im_end|>\n", m.content));
+        }
+        out.push_str("<|im_start|>assistant\n");
+        Ok(out)
+    }
+
+    async fn generate(
+        &self,
+        prompt: &str,
+        params: &GenerationParams,
+    ) -> Result<Generation, EngineError> {
+        self.prompts
+            .lock()
+            .expect("prompts lock")
+            .push(prompt.to_string());
+        let script = self
+            .scripts
+            .lock()
+            .expect("scripts lock")
+            .pop_front()
+            .unwrap_or_default();
+        let (tx, rx) = mpsc::channel(16);
+        let params = params.clone();
+        let delay = self.delay;
+        let prompt_tokens = prompt.split_whitespace().count();
+        tokio::spawn(async move {
+            let mut text = String::new();
+            let mut generated = 0;
+            let mut finish = EngineFinish::Stop;
+            let mut stop_seen = false;
+            for piece in script {
+                if generated >= params.max_tokens {
+                    finish = EngineFinish::Length;
+                    break;
+                }
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                generated += 1;
+                text.push_str(&piece);
+                let stop_now = stop_seen;
+                let event = EngineEvent::Text {
+                    text: piece,
+                    tokens: 1,
+                };
+                if tx.send(Ok(event)).await.is_err() {
+                    return;
+                }
+                // mistral.rs emits one more token after the stop string.
+                if stop_now {
+                    break;
+                }
+                stop_seen = params.stop.iter().any(|s| text.contains(s.as_str()));
+            }
+            let _ = tx.send(Ok(EngineEvent::Done(finish))).await;
+        });
+        Ok(Generation {
+            prompt_tokens,
+            events: rx,
+        })
+    }
+}

@@ -1,0 +1,577 @@
+//! The tag scanner: a pure, synchronous state machine over generated text.
+//!
+//! The search loop feeds it the policy's output in whatever pieces the engine
+//! produces (one token, several tokens, or raw bytes that may split a UTF-8
+//! character). It tells the loop which text is safe to show, which region that
+//! text belongs to (reasoning, a query, an answer) and when the round ends.
+//!
+//! Guarantees, for any input and any way of splitting it into pieces (tested by
+//! splitting at every byte boundary, see the tests below):
+//! - the same events come out, up to how adjacent text is grouped;
+//! - no part of a tag is ever released as text: a suffix that could still become a
+//!   tag is held back until it either completes the tag or can no longer become one
+//!   (`</b>`, `a <sea creature>`), and is then released exactly once;
+//! - the round ends at the FIRST closing tag in generation order (Search-R1,
+//!   `../shared/PROTOCOLS.md` §1); everything after it is discarded, which also
+//!   drops the extra token mistral.rs emits after a stop string;
+//! - a document block the model starts writing itself (the profile's
+//!   `documents_open`, e.g. `<information>`) is never trusted: the round is cut there.
+
+/// What a recognised tag means to the search loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TagKind {
+    /// Opens a search call (`<search>`, `<|begin_of_query|>`).
+    QueryOpen,
+    /// Closes a search call (`</search>`, `<|end_of_query|>`).
+    QueryClose,
+    /// Opens the final answer (`<answer>`).
+    AnswerOpen,
+    /// Closes the final answer (`</answer>`).
+    AnswerClose,
+    /// Opens a document block (`<information>`): only the server may write one.
+    DocumentsOpen,
+}
+
+/// The region generated text belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Region {
+    /// Outside any query or answer: thinking and free text.
+    Reasoning,
+    /// Inside a search call.
+    Query,
+    /// Inside the answer tags.
+    Answer,
+}
+
+/// Why a round ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RoundEnd {
+    /// A search call was closed; the raw text between the last open tag and the
+    /// close tag (not yet cleaned or stripped).
+    Query(String),
+    /// The answer was closed; the raw text between the tags (not stripped).
+    Answer(String),
+    /// A closing tag appeared without its own opening tag before it (an invalid
+    /// action in Search-R1's terms).
+    Unmatched(TagKind),
+    /// The model started writing a document block itself; the round is cut before it.
+    DocumentsOpened,
+}
+
+/// One thing the scanner saw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ScanEvent {
+    /// Text that is definitely not part of a tag, in the region it belongs to.
+    Text { region: Region, text: String },
+    /// An opening tag: from now on text belongs to `Query` or `Answer`.
+    Open(Region),
+    /// The round is over; no further event follows until [`TagScanner::reset`].
+    End(RoundEnd),
+}
+
+/// The tag strings a scanner watches for, taken from a policy profile.
+#[derive(Clone, Debug)]
+pub struct TagSet {
+    tags: Vec<(String, TagKind)>,
+    longest: usize,
+}
+
+impl TagSet {
+    /// Builds a tag set. Empty strings are ignored (a profile without a document
+    /// tag passes `""`).
+    pub fn new(
+        query_open: &str,
+        query_close: &str,
+        answer_open: &str,
+        answer_close: &str,
+        documents_open: &str,
+    ) -> Self {
+        let mut tags: Vec<(String, TagKind)> = [
+            (query_open, TagKind::QueryOpen),
+            (query_close, TagKind::QueryClose),
+            (answer_open, TagKind::AnswerOpen),
+            (answer_close, TagKind::AnswerClose),
+            (documents_open, TagKind::DocumentsOpen),
+        ]
+        .into_iter()
+        .filter(|(s, _)| !s.is_empty())
+        .map(|(s, k)| (s.to_string(), k))
+        .collect();
+        // Longest first, so that at one position the longest complete tag wins.
+        tags.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+        let longest = tags.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
+        Self { tags, longest }
+    }
+
+    /// The earliest complete tag in `text`: (byte offset, byte length, kind).
+    fn earliest(&self, text: &str) -> Option<(usize, usize, TagKind)> {
+        let mut best: Option<(usize, usize, TagKind)> = None;
+        for (tag, kind) in &self.tags {
+            if let Some(pos) = text.find(tag.as_str()) {
+                if best.is_none_or(|(b, _, _)| pos < b) {
+                    best = Some((pos, tag.len(), *kind));
+                }
+            }
+        }
+        best
+    }
+
+    /// Length in bytes of the longest suffix of `text` that is a proper prefix of
+    /// some tag (and so must be held back).
+    fn partial_suffix(&self, text: &str) -> usize {
+        let bytes = text.as_bytes();
+        let start = bytes.len().saturating_sub(self.longest.saturating_sub(1));
+        for i in start..bytes.len() {
+            let suffix = &bytes[i..];
+            if self
+                .tags
+                .iter()
+                .any(|(tag, _)| tag.len() > suffix.len() && tag.as_bytes().starts_with(suffix))
+            {
+                // Tags are valid UTF-8 and start on a character boundary, so a
+                // suffix equal to a tag's prefix starts on one too.
+                return bytes.len() - i;
+            }
+        }
+        0
+    }
+}
+
+/// Scans one round of generated text. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct TagScanner {
+    tags: TagSet,
+    /// Text received but not yet released (at most a partial tag after `process`).
+    pending: String,
+    /// Bytes of an incomplete UTF-8 character from [`TagScanner::push_bytes`].
+    utf8_tail: Vec<u8>,
+    region: Region,
+    /// Raw content of the current query or answer region.
+    content: String,
+    /// Everything consumed this round, tags included, up to the round's end:
+    /// what the transcript keeps.
+    kept: String,
+    ended: bool,
+}
+
+impl TagScanner {
+    /// A scanner at the start of a round, in the reasoning region.
+    pub fn new(tags: TagSet) -> Self {
+        Self {
+            tags,
+            pending: String::new(),
+            utf8_tail: Vec::new(),
+            region: Region::Reasoning,
+            content: String::new(),
+            kept: String::new(),
+            ended: false,
+        }
+    }
+
+    /// Starts a new round: clears all state except the tag set.
+    pub fn reset(&mut self) {
+        *self = Self::new(self.tags.clone());
+    }
+
+    /// True once the round has ended; later input is ignored.
+    pub fn is_done(&self) -> bool {
+        self.ended
+    }
+
+    /// The region the next released text belongs to.
+    pub fn region(&self) -> Region {
+        self.region
+    }
+
+    /// The raw text of this round kept for the transcript: everything through
+    /// the round-ending tag (nothing after it), or everything so far.
+    pub fn kept_text(&self) -> &str {
+        &self.kept
+    }
+
+    /// Feeds a piece of decoded text; appends what it releases to `out`.
+    pub fn push(&mut self, text: &str, out: &mut Vec<ScanEvent>) {
+        if self.ended {
+            return;
+        }
+        if !self.utf8_tail.is_empty() {
+            // A str piece after raw bytes: the incomplete character can never
+            // complete, so it is released as U+FFFD like any invalid byte.
+            let tail = std::mem::take(&mut self.utf8_tail);
+            self.pending.push_str(&String::from_utf8_lossy(&tail));
+        }
+        self.pending.push_str(text);
+        self.process(out);
+    }
+
+    /// Feeds raw bytes, which may end (or start) inside a multi-byte UTF-8
+    /// character; invalid sequences become U+FFFD.
+    pub fn push_bytes(&mut self, bytes: &[u8], out: &mut Vec<ScanEvent>) {
+        if self.ended {
+            return;
+        }
+        self.utf8_tail.extend_from_slice(bytes);
+        let mut buf = std::mem::take(&mut self.utf8_tail);
+        let mut valid_up_to = 0;
+        loop {
+            match std::str::from_utf8(&buf[valid_up_to..]) {
+                Ok(s) => {
+                    self.pending.push_str(s);
+                    valid_up_to = buf.len();
+                    break;
+                }
+                Err(e) => {
+                    let good = valid_up_to + e.valid_up_to();
+                    // SAFETY-free: from_utf8 just validated this range.
+                    self.pending
+                        .push_str(std::str::from_utf8(&buf[valid_up_to..good]).unwrap_or(""));
+                    match e.error_len() {
+                        Some(bad) => {
+                            self.pending.push(char::REPLACEMENT_CHARACTER);
+                            valid_up_to = good + bad;
+                        }
+                        None => {
+                            // Incomplete character at the end: keep it for later.
+                            valid_up_to = good;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        buf.drain(..valid_up_to);
+        self.utf8_tail = buf;
+        self.process(out);
+    }
+
+    /// End of generation (EOS or budget): releases everything held back,
+    /// including a trailing partial tag such as `</`.
+    pub fn finish(&mut self, out: &mut Vec<ScanEvent>) {
+        if self.ended {
+            return;
+        }
+        if !self.utf8_tail.is_empty() {
+            let tail = std::mem::take(&mut self.utf8_tail);
+            self.pending.push_str(&String::from_utf8_lossy(&tail));
+            self.process(out);
+            if self.ended {
+                return;
+            }
+        }
+        let rest = std::mem::take(&mut self.pending);
+        self.release(&rest, out);
+    }
+
+    fn process(&mut self, out: &mut Vec<ScanEvent>) {
+        while !self.ended {
+            match self.tags.earliest(&self.pending) {
+                Some((pos, len, kind)) => {
+                    let before = self.pending[..pos].to_string();
+                    self.release(&before, out);
+                    let tag = self.pending[pos..pos + len].to_string();
+                    self.pending.drain(..pos + len);
+                    self.on_tag(kind, &tag, out);
+                }
+                None => {
+                    let hold = self.tags.partial_suffix(&self.pending);
+                    let cut = self.pending.len() - hold;
+                    if cut > 0 {
+                        let text = self.pending[..cut].to_string();
+                        self.pending.drain(..cut);
+                        self.release(&text, out);
+                    }
+                    return;
+                }
+            }
+        }
+        // The round is over: nothing after the closing tag survives.
+        self.pending.clear();
+        self.utf8_tail.clear();
+    }
+
+    fn release(&mut self, text: &str, out: &mut Vec<ScanEvent>) {
+        if text.is_empty() {
+            return;
+        }
+        self.kept.push_str(text);
+        if self.region != Region::Reasoning {
+            self.content.push_str(text);
+        }
+        // Adjacent text in the same region is merged into one event.
+        if let Some(ScanEvent::Text { region, text: last }) = out.last_mut() {
+            if *region == self.region {
+                last.push_str(text);
+                return;
+            }
+        }
+        out.push(ScanEvent::Text {
+            region: self.region,
+            text: text.to_string(),
+        });
+    }
+
+    fn on_tag(&mut self, kind: TagKind, tag: &str, out: &mut Vec<ScanEvent>) {
+        let end = match kind {
+            TagKind::QueryOpen | TagKind::AnswerOpen => {
+                self.kept.push_str(tag);
+                self.region = if kind == TagKind::QueryOpen {
+                    Region::Query
+                } else {
+                    Region::Answer
+                };
+                self.content.clear();
+                out.push(ScanEvent::Open(self.region));
+                return;
+            }
+            TagKind::QueryClose if self.region == Region::Query => {
+                RoundEnd::Query(std::mem::take(&mut self.content))
+            }
+            TagKind::AnswerClose if self.region == Region::Answer => {
+                RoundEnd::Answer(std::mem::take(&mut self.content))
+            }
+            TagKind::QueryClose | TagKind::AnswerClose => RoundEnd::Unmatched(kind),
+            // The document tag itself is not kept: the round is cut before it.
+            TagKind::DocumentsOpen => {
+                self.ended = true;
+                out.push(ScanEvent::End(RoundEnd::DocumentsOpened));
+                return;
+            }
+        };
+        self.kept.push_str(tag);
+        self.ended = true;
+        out.push(ScanEvent::End(end));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn search_r1() -> TagSet {
+        TagSet::new(
+            "<search>",
+            "</search>",
+            "<answer>",
+            "</answer>",
+            "<information>",
+        )
+    }
+
+    /// Feeds `pieces` then finishes; returns the events with adjacent text merged.
+    fn scan_pieces<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> (Vec<ScanEvent>, String) {
+        let mut s = TagScanner::new(search_r1());
+        let mut out = Vec::new();
+        for p in pieces {
+            s.push_bytes(p, &mut out);
+        }
+        s.finish(&mut out);
+        (merge(out), s.kept_text().to_string())
+    }
+
+    fn merge(events: Vec<ScanEvent>) -> Vec<ScanEvent> {
+        let mut merged: Vec<ScanEvent> = Vec::new();
+        for e in events {
+            if let (
+                Some(ScanEvent::Text {
+                    region: r1,
+                    text: t1,
+                }),
+                ScanEvent::Text {
+                    region: r2,
+                    text: t2,
+                },
+            ) = (merged.last_mut(), &e)
+            {
+                if r1 == r2 {
+                    t1.push_str(t2);
+                    continue;
+                }
+            }
+            merged.push(e);
+        }
+        merged
+    }
+
+    fn scan(text: &str) -> Vec<ScanEvent> {
+        scan_pieces([text.as_bytes()]).0
+    }
+
+    fn text(region: Region, t: &str) -> ScanEvent {
+        ScanEvent::Text {
+            region,
+            text: t.to_string(),
+        }
+    }
+
+    /// Every split of the input into two pieces, and one piece per byte, gives
+    /// the same events and kept text as the unsplit input.
+    fn assert_split_invariant(input: &str) {
+        let bytes = input.as_bytes();
+        let whole = scan_pieces([bytes]);
+        for cut in 0..=bytes.len() {
+            let split = scan_pieces([&bytes[..cut], &bytes[cut..]]);
+            assert_eq!(split, whole, "split at byte {cut} of {input:?}");
+        }
+        let per_byte = scan_pieces(bytes.chunks(1));
+        assert_eq!(per_byte, whole, "one byte per piece of {input:?}");
+    }
+
+    #[test]
+    fn search_call_ends_the_round_and_drops_the_rest() {
+        let input =
+            "<think>need facts</think>\n<search> Mona Lisa painter </search>\n\n<information>fake";
+        let events = scan(input);
+        assert_eq!(
+            events,
+            vec![
+                text(Region::Reasoning, "<think>need facts</think>\n"),
+                ScanEvent::Open(Region::Query),
+                text(Region::Query, " Mona Lisa painter "),
+                ScanEvent::End(RoundEnd::Query(" Mona Lisa painter ".into())),
+            ]
+        );
+        let (_, kept) = scan_pieces([input.as_bytes()]);
+        assert_eq!(
+            kept,
+            "<think>need facts</think>\n<search> Mona Lisa painter </search>"
+        );
+    }
+
+    #[test]
+    fn answer_ends_the_round() {
+        let events = scan("ok <answer> Leonardo da Vinci </answer> extra token");
+        assert_eq!(
+            events,
+            vec![
+                text(Region::Reasoning, "ok "),
+                ScanEvent::Open(Region::Answer),
+                text(Region::Answer, " Leonardo da Vinci "),
+                ScanEvent::End(RoundEnd::Answer(" Leonardo da Vinci ".into())),
+            ]
+        );
+    }
+
+    #[test]
+    fn first_closing_tag_in_generation_order_wins() {
+        let events = scan("<answer> x </answer><search> y </search>");
+        assert_eq!(
+            events.last(),
+            Some(&ScanEvent::End(RoundEnd::Answer(" x ".into())))
+        );
+        let events = scan("<search> y </search><answer> x </answer>");
+        assert_eq!(
+            events.last(),
+            Some(&ScanEvent::End(RoundEnd::Query(" y ".into())))
+        );
+    }
+
+    #[test]
+    fn near_misses_are_released_once() {
+        assert_eq!(
+            scan("a <sea creature> and </b> bold"),
+            vec![text(Region::Reasoning, "a <sea creature> and </b> bold")]
+        );
+        // A trailing partial tag is flushed at EOS.
+        assert_eq!(
+            scan("almost </"),
+            vec![text(Region::Reasoning, "almost </")]
+        );
+    }
+
+    #[test]
+    fn partial_tag_is_held_until_it_resolves() {
+        let mut s = TagScanner::new(search_r1());
+        let mut out = Vec::new();
+        s.push("think <sea", &mut out);
+        assert_eq!(out, vec![text(Region::Reasoning, "think ")]);
+        out.clear();
+        s.push("rch>q", &mut out);
+        assert_eq!(
+            out,
+            vec![ScanEvent::Open(Region::Query), text(Region::Query, "q")]
+        );
+        out.clear();
+        s.push("</sear", &mut out);
+        assert!(
+            out.is_empty(),
+            "a partial closing tag must be held: {out:?}"
+        );
+        s.push("ch>", &mut out);
+        assert_eq!(out, vec![ScanEvent::End(RoundEnd::Query("q".into()))]);
+        assert!(s.is_done());
+        out.clear();
+        s.push("more", &mut out);
+        s.finish(&mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn model_written_document_block_cuts_the_round() {
+        let events = scan("I recall <information>Doc 1(Title: fake)</information>");
+        assert_eq!(
+            events,
+            vec![
+                text(Region::Reasoning, "I recall "),
+                ScanEvent::End(RoundEnd::DocumentsOpened),
+            ]
+        );
+        let (_, kept) = scan_pieces([b"I recall <information>x".as_slice()]);
+        assert_eq!(kept, "I recall ");
+    }
+
+    #[test]
+    fn closing_tag_without_opening_is_unmatched() {
+        assert_eq!(
+            scan("just text </search> after").last(),
+            Some(&ScanEvent::End(RoundEnd::Unmatched(TagKind::QueryClose)))
+        );
+        assert_eq!(
+            scan("<search> q </answer>").last(),
+            Some(&ScanEvent::End(RoundEnd::Unmatched(TagKind::AnswerClose)))
+        );
+    }
+
+    #[test]
+    fn a_second_open_tag_restarts_the_query() {
+        assert_eq!(
+            scan("<search> a <search> b </search>").last(),
+            Some(&ScanEvent::End(RoundEnd::Query(" b ".into())))
+        );
+    }
+
+    #[test]
+    fn every_split_gives_the_same_events() {
+        for input in [
+            "<think>I should look this up.</think>\n<search> Who painted the Mona Lisa? </search>",
+            "<answer> Leonardo da Vinci </answer>",
+            "no tags at all, just an answer.",
+            "a <sea creature> </b> <answe <answer>ok</answer>",
+            "ends in a partial </sear",
+            "<search> café – 東京 🦀 </search>",
+            "ü<search>ö</search>",
+            "<<search>>x</search></search>",
+            "text <information> hallucinated </information>",
+            "",
+        ] {
+            assert_split_invariant(input);
+        }
+    }
+
+    #[test]
+    fn bytes_split_inside_a_character_are_reassembled() {
+        let input = "é🦀<search>東京</search>";
+        let bytes = input.as_bytes();
+        let (events, kept) = scan_pieces(bytes.chunks(1));
+        assert_eq!(kept, input);
+        assert_eq!(
+            events.last(),
+            Some(&ScanEvent::End(RoundEnd::Query("東京".into())))
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_becomes_replacement_characters() {
+        let (events, _) = scan_pieces([b"a\xffb".as_slice()]);
+        assert_eq!(events, vec![text(Region::Reasoning, "a\u{fffd}b")]);
+    }
+}

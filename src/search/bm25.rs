@@ -1,0 +1,518 @@
+//! The local BM25 index (tantivy): building it from a JSONL corpus and searching it.
+//!
+//! Schema: `id` (raw, stored), `title` and `text` (tantivy's `en_stem` analyzer:
+//! simple tokenizer, long-token removal, lower-casing, English Porter stemming;
+//! term frequencies without positions; stored for display), `url` (stored only).
+//! BM25 with tantivy's fixed k1 = 1.2, b = 0.75.
+//!
+//! Queries are never parsed with tantivy's `QueryParser`: model text full of
+//! quotes, colons, dashes and parentheses would make it fail or silently drop
+//! words. A query is the analyzer's tokens of the text, each a `TermQuery` on
+//! `title` and on `text`, all `Should`: any string gives results or an empty list.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tantivy::collector::TopDocs;
+use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
+use tantivy::schema::{
+    Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING,
+};
+use tantivy::tokenizer::TokenStream;
+use tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
+
+use super::{Document, SearchBackend, SearchError};
+
+/// File written next to the index describing what it was built from.
+pub const MANIFEST_FILE: &str = "seeker-index.json";
+/// Bumped when the schema or analyzer changes, so old indexes are rebuilt.
+pub const INDEX_FORMAT: u32 = 1;
+/// Distinct query terms used at most; the rest of a very long query is ignored.
+pub const MAX_QUERY_TERMS: usize = 256;
+const ANALYZER: &str = "en_stem";
+
+/// Errors building or opening an index.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: not a corpus record ({message}); expected one JSON object per line with string fields \"id\", \"title\", \"text\" (and optionally \"url\")")]
+    BadRecord {
+        path: PathBuf,
+        line: u64,
+        message: String,
+    },
+    #[error("{path}: no index here ({reason}); build one with `seeker index --corpus FILE.jsonl --index {path}`")]
+    Missing { path: PathBuf, reason: String },
+    #[error("tantivy: {0}")]
+    Tantivy(#[from] tantivy::TantivyError),
+}
+
+/// What `seeker index` records in [`MANIFEST_FILE`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Manifest {
+    pub format: u32,
+    pub corpus: String,
+    /// sha256 of the corpus file, hex: lets scripts tell a stale index.
+    pub corpus_sha256: String,
+    pub documents: u64,
+    pub bytes: u64,
+}
+
+/// Totals of an indexing run.
+#[derive(Clone, Debug)]
+pub struct IndexStats {
+    pub documents: u64,
+    /// Corpus bytes read.
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+#[derive(Deserialize)]
+struct CorpusRecord {
+    id: String,
+    title: String,
+    text: String,
+    #[serde(default)]
+    url: Option<String>,
+}
+
+#[derive(Clone, Copy)]
+struct Fields {
+    id: Field,
+    title: Field,
+    text: Field,
+    url: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut b = Schema::builder();
+    let analyzed = TextOptions::default()
+        .set_indexing_options(
+            TextFieldIndexing::default()
+                .set_tokenizer(ANALYZER)
+                .set_index_option(IndexRecordOption::WithFreqs),
+        )
+        .set_stored();
+    let fields = Fields {
+        id: b.add_text_field("id", STRING | STORED),
+        title: b.add_text_field("title", analyzed.clone()),
+        text: b.add_text_field("text", analyzed),
+        url: b.add_text_field("url", STORED),
+    };
+    (b.build(), fields)
+}
+
+fn fields_of(schema: &Schema) -> Result<Fields, IndexError> {
+    Ok(Fields {
+        id: schema.get_field("id")?,
+        title: schema.get_field("title")?,
+        text: schema.get_field("text")?,
+        url: schema.get_field("url")?,
+    })
+}
+
+/// Builds a BM25 index of the JSONL `corpus` into `index_dir`, merged into one
+/// segment. The index is built in a sibling temporary directory and moved into
+/// place at the end, replacing any index already there; an interrupted run
+/// leaves the old index intact.
+///
+/// `on_progress(bytes_read)` is called every few hundred documents.
+///
+/// # Errors
+/// I/O errors, a malformed corpus line (with its line number), tantivy errors.
+pub fn build_index(
+    corpus: &Path,
+    index_dir: &Path,
+    mut on_progress: impl FnMut(u64),
+) -> Result<IndexStats, IndexError> {
+    let started = Instant::now();
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| IndexError::Io { path, source }
+    };
+    let file = File::open(corpus).map_err(io(corpus))?;
+    let tmp = index_dir.with_extension(format!("tmp-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+
+    let (schema, f) = schema();
+    let index = Index::create_in_dir(&tmp, schema)?;
+    let mut writer = index.writer::<TantivyDocument>(256 * 1024 * 1024)?;
+    let mut reader = BufReader::new(file);
+    let mut hasher = Sha256::new();
+    let mut line = Vec::new();
+    let (mut documents, mut bytes, mut line_no) = (0u64, 0u64, 0u64);
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(io(corpus))?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        bytes += n as u64;
+        hasher.update(&line);
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let rec: CorpusRecord =
+            serde_json::from_slice(&line).map_err(|e| IndexError::BadRecord {
+                path: corpus.to_path_buf(),
+                line: line_no,
+                message: e.to_string(),
+            })?;
+        let mut doc = TantivyDocument::default();
+        doc.add_text(f.id, &rec.id);
+        doc.add_text(f.title, &rec.title);
+        doc.add_text(f.text, &rec.text);
+        if let Some(url) = &rec.url {
+            doc.add_text(f.url, url);
+        }
+        writer.add_document(doc)?;
+        documents += 1;
+        if documents % 256 == 0 {
+            on_progress(bytes);
+        }
+    }
+    on_progress(bytes);
+    writer.commit()?;
+    let segments = index.searchable_segment_ids()?;
+    if segments.len() > 1 {
+        writer.merge(&segments).wait()?;
+    }
+    writer.wait_merging_threads()?;
+    let writer = index.writer::<TantivyDocument>(16 * 1024 * 1024)?;
+    writer.garbage_collect_files().wait()?;
+    drop(writer);
+
+    let manifest = Manifest {
+        format: INDEX_FORMAT,
+        corpus: corpus.display().to_string(),
+        corpus_sha256: format!("{:x}", hasher.finalize()),
+        documents,
+        bytes,
+    };
+    let manifest_path = tmp.join(MANIFEST_FILE);
+    let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
+    std::fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
+    if index_dir.exists() {
+        std::fs::remove_dir_all(index_dir).map_err(io(index_dir))?;
+    }
+    std::fs::rename(&tmp, index_dir).map_err(io(index_dir))?;
+    Ok(IndexStats {
+        documents,
+        bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// sha256 of a file, hex.
+///
+/// # Errors
+/// I/O errors reading `path`.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", hasher.finalize()))
+}
+
+/// An open index, shared by all requests (one `IndexReader`).
+pub struct Bm25Index {
+    index: Index,
+    reader: IndexReader,
+    fields: Fields,
+    manifest: Manifest,
+}
+
+impl std::fmt::Debug for Bm25Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bm25Index")
+            .field("manifest", &self.manifest)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bm25Index {
+    /// Opens the index in `dir` (built by [`build_index`]).
+    ///
+    /// # Errors
+    /// [`IndexError::Missing`] when `dir` holds no seeker index (the message says
+    /// how to build one); tantivy errors for a damaged index.
+    pub fn open(dir: &Path) -> Result<Self, IndexError> {
+        let manifest_path = dir.join(MANIFEST_FILE);
+        let manifest: Manifest = match std::fs::read(&manifest_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| IndexError::Missing {
+                path: dir.to_path_buf(),
+                reason: format!("unreadable {MANIFEST_FILE}: {e}"),
+            })?,
+            Err(e) => {
+                return Err(IndexError::Missing {
+                    path: dir.to_path_buf(),
+                    reason: format!("{MANIFEST_FILE}: {e}"),
+                })
+            }
+        };
+        if manifest.format != INDEX_FORMAT {
+            return Err(IndexError::Missing {
+                path: dir.to_path_buf(),
+                reason: format!(
+                    "index format {} but this seeker reads format {INDEX_FORMAT}",
+                    manifest.format
+                ),
+            });
+        }
+        let index = Index::open_in_dir(dir)?;
+        let fields = fields_of(&index.schema())?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Self {
+            index,
+            reader,
+            fields,
+            manifest,
+        })
+    }
+
+    /// What the index was built from.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Number of documents in the index.
+    pub fn num_docs(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// The analyzer's terms for `query` on `title` and `text`, deduplicated,
+    /// at most [`MAX_QUERY_TERMS`].
+    fn terms(&self, query: &str) -> Result<Vec<Term>, IndexError> {
+        let mut seen = HashSet::new();
+        let mut terms = Vec::new();
+        for field in [self.fields.title, self.fields.text] {
+            let mut analyzer = self.index.tokenizer_for_field(field)?;
+            let mut stream = analyzer.token_stream(query);
+            while let Some(token) = stream.next() {
+                if seen.len() >= 2 * MAX_QUERY_TERMS {
+                    break;
+                }
+                let term = Term::from_field_text(field, &token.text);
+                if seen.insert(term.clone()) {
+                    terms.push(term);
+                }
+            }
+        }
+        Ok(terms)
+    }
+
+    /// The top `k` documents for any text, best first; an empty list when the
+    /// text has no indexable word or `k` is 0. Synchronous CPU work: call it
+    /// off the async runtime.
+    ///
+    /// # Errors
+    /// Only tantivy I/O errors on a damaged index.
+    pub fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, IndexError> {
+        let terms = self.terms(query)?;
+        if k == 0 || terms.is_empty() {
+            return Ok(Vec::new());
+        }
+        let clauses: Vec<(Occur, Box<dyn Query>)> = terms
+            .into_iter()
+            .map(|t| {
+                let q: Box<dyn Query> = Box::new(TermQuery::new(t, IndexRecordOption::WithFreqs));
+                (Occur::Should, q)
+            })
+            .collect();
+        let query = BooleanQuery::new(clauses);
+        let searcher = self.reader.searcher();
+        let top = searcher.search(&query, &TopDocs::with_limit(k).order_by_score())?;
+        let text_of = |doc: &TantivyDocument, field: Field| {
+            doc.get_first(field)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        top.into_iter()
+            .map(|(score, address)| {
+                let doc: TantivyDocument = searcher.doc(address)?;
+                let url = text_of(&doc, self.fields.url);
+                Ok(Document {
+                    id: text_of(&doc, self.fields.id),
+                    title: text_of(&doc, self.fields.title),
+                    text: text_of(&doc, self.fields.text),
+                    url: (!url.is_empty()).then_some(url),
+                    score,
+                })
+            })
+            .collect()
+    }
+}
+
+/// [`SearchBackend`] over a shared [`Bm25Index`]: each query runs on tokio's
+/// blocking pool, all queries of a call concurrently.
+#[derive(Clone, Debug)]
+pub struct Bm25Backend {
+    index: Arc<Bm25Index>,
+}
+
+impl Bm25Backend {
+    pub fn new(index: Arc<Bm25Index>) -> Self {
+        Self { index }
+    }
+}
+
+#[async_trait]
+impl SearchBackend for Bm25Backend {
+    fn name(&self) -> &str {
+        "tantivy"
+    }
+
+    async fn search(
+        &self,
+        queries: &[String],
+        k: usize,
+    ) -> Vec<Result<Vec<Document>, SearchError>> {
+        let tasks = queries.iter().map(|q| {
+            let index = Arc::clone(&self.index);
+            let q = q.clone();
+            tokio::task::spawn_blocking(move || index.search(&q, k))
+        });
+        futures::future::join_all(tasks)
+            .await
+            .into_iter()
+            .map(|joined| match joined {
+                Ok(Ok(docs)) => Ok(docs),
+                Ok(Err(e)) => Err(SearchError::Backend(e.to_string())),
+                Err(e) => Err(SearchError::Backend(format!("search worker failed: {e}"))),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small_index() -> (tempfile::TempDir, Bm25Index) {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("corpus.jsonl");
+        std::fs::write(
+            &corpus,
+            concat!(
+                r#"{"id": "0", "title": "Mona Lisa", "text": "The Mona Lisa is a portrait painting by Leonardo da Vinci."}"#,
+                "\n",
+                r#"{"id": "1", "title": "Paris", "text": "Paris is the capital of France."}"#,
+                "\n\n",
+                r#"{"id": "2", "title": "Painting", "text": "Painting is the practice of applying paint.", "url": "https://en.wikipedia.org/wiki/Painting"}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        let index_dir = dir.path().join("index");
+        let stats = build_index(&corpus, &index_dir, |_| {}).unwrap();
+        assert_eq!(stats.documents, 3);
+        let index = Bm25Index::open(&index_dir).unwrap();
+        assert_eq!(
+            index.manifest().corpus_sha256,
+            sha256_file(&corpus).unwrap()
+        );
+        (dir, index)
+    }
+
+    #[test]
+    fn stemmed_bm25_ranks_the_matching_document_first() {
+        let (_dir, index) = small_index();
+        let hits = index.search("Who painted the Mona Lisa?", 3).unwrap();
+        assert_eq!(hits[0].title, "Mona Lisa");
+        assert!(hits[0].text.contains("Leonardo da Vinci"));
+        assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+        let hits = index.search("paintings", 1).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(
+            hits[0].url.as_deref(),
+            Some("https://en.wikipedia.org/wiki/Painting")
+        );
+    }
+
+    #[test]
+    fn any_string_is_a_valid_query() {
+        let (_dir, index) = small_index();
+        for q in [
+            "",
+            "   ",
+            "\"unbalanced quote",
+            "title:Paris AND -France (OR)",
+            "https://example.com/a?b=c&d=e",
+            "東京 タワー",
+            "🦀🦀",
+            "NOT",
+            "*?~^:",
+            &"paris ".repeat(10_000),
+        ] {
+            let hits = index.search(q, 3);
+            assert!(hits.is_ok(), "{q:?}: {hits:?}");
+        }
+        assert!(index.search("", 3).unwrap().is_empty());
+        assert!(index.search("paris", 0).unwrap().is_empty());
+        assert_eq!(
+            index.search("title:Paris AND -France", 1).unwrap()[0].title,
+            "Paris"
+        );
+    }
+
+    #[test]
+    fn malformed_corpus_line_is_reported_with_its_number() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("bad.jsonl");
+        std::fs::write(
+            &corpus,
+            "{\"id\":\"0\",\"title\":\"a\",\"text\":\"b\"}\n{\"id\": 1}\n",
+        )
+        .unwrap();
+        let err = build_index(&corpus, &dir.path().join("index"), |_| {})
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bad.jsonl:2"), "{err}");
+        let err = Bm25Index::open(&dir.path().join("nothing"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("seeker index"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn backend_answers_each_query_in_order() {
+        let (_dir, index) = small_index();
+        let backend = Bm25Backend::new(Arc::new(index));
+        let results = backend
+            .search(
+                &["capital of France".into(), "".into(), "Mona Lisa".into()],
+                1,
+            )
+            .await;
+        assert_eq!(results.len(), 3);
+        assert_eq!(results[0].as_ref().unwrap()[0].title, "Paris");
+        assert!(results[1].as_ref().unwrap().is_empty());
+        assert_eq!(results[2].as_ref().unwrap()[0].title, "Mona Lisa");
+    }
+}

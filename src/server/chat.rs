@@ -1,0 +1,335 @@
+//! `POST /v1/chat/completions`: parse and validate, run a rollout, render it as
+//! SSE chunks or one JSON response.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures::Stream;
+use tokio::sync::mpsc;
+
+use super::error::{ApiError, ErrorCode};
+use super::openai::{
+    ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Citation,
+    Delta, ResponseMessage, SeekerInfo, Usage,
+};
+use super::AppState;
+use crate::engine::{ChatTurn, EngineError};
+use crate::rollout::{
+    self, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
+};
+
+/// A request that passed validation.
+struct Validated {
+    rollout: RolloutRequest,
+    stream: bool,
+}
+
+/// Parses the body, naming the field at fault in the error.
+fn parse(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
+    // serde would also accept a struct written as an array.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::new(
+            ErrorCode::InvalidJson,
+            "the request body must be a JSON object",
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let message = inner.to_string();
+        // serde names a missing top-level field only in its message.
+        if let Some(field) = message
+            .strip_prefix("missing field `")
+            .and_then(|rest| rest.split('`').next())
+        {
+            let param = if path == "." {
+                field.to_string()
+            } else {
+                format!("{path}.{field}")
+            };
+            return ApiError::invalid_field(&param, format!("{param} is required"));
+        }
+        if inner.is_syntax() || inner.is_eof() || path == "." {
+            ApiError::new(
+                ErrorCode::InvalidJson,
+                format!("the request body is not a valid JSON object: {inner}"),
+            )
+        } else {
+            ApiError::invalid_field(&path, format!("{path}: {inner}"))
+        }
+    })
+}
+
+fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, ApiError> {
+    if let Some(model) = req.model.as_deref() {
+        if model != state.model_id && model != "default" {
+            return Err(ApiError {
+                code: ErrorCode::ModelNotFound,
+                message: format!(
+                    "the model `{model}` does not exist; this server serves `{}` (alias `default`)",
+                    state.model_id
+                ),
+                param: Some("model".into()),
+            });
+        }
+    }
+    if let Some(n) = req.n {
+        if n != 1 {
+            return Err(ApiError::invalid_field(
+                "n",
+                "only n = 1 is supported: one rollout per request",
+            ));
+        }
+    }
+    if let Some(t) = req.temperature {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(ApiError::invalid_field(
+                "temperature",
+                "temperature must be between 0 and 2",
+            ));
+        }
+    }
+    if let Some(p) = req.top_p {
+        if !(p > 0.0 && p <= 1.0) {
+            return Err(ApiError::invalid_field("top_p", "top_p must be in (0, 1]"));
+        }
+    }
+    let (param, requested) = match (req.max_completion_tokens, req.max_tokens) {
+        (Some(n), _) => ("max_completion_tokens", Some(n)),
+        (None, Some(n)) => ("max_tokens", Some(n)),
+        (None, None) => ("max_tokens", None),
+    };
+    let limit = state.generation.max_tokens_limit;
+    let max_tokens = match requested {
+        None => state.generation.max_tokens,
+        Some(0) => {
+            return Err(ApiError::invalid_field(
+                param,
+                format!("{param} must be at least 1"),
+            ))
+        }
+        Some(n) if n as usize > limit => {
+            return Err(ApiError::invalid_field(
+                param,
+                format!("{param} must be at most {limit} on this server"),
+            ))
+        }
+        Some(n) => n as usize,
+    };
+    if req.messages.is_empty() {
+        return Err(ApiError::invalid_field(
+            "messages",
+            "messages must not be empty",
+        ));
+    }
+    let mut messages = Vec::with_capacity(req.messages.len());
+    for (i, m) in req.messages.iter().enumerate() {
+        let content = match &m.content {
+            None => String::new(),
+            Some(c) => c.text().map_err(|kind| {
+                ApiError::invalid_field(
+                    &format!("messages[{i}].content"),
+                    format!("content parts of type `{kind}` are not supported; send text"),
+                )
+            })?,
+        };
+        messages.push(ChatTurn {
+            role: m.role.into(),
+            content,
+        });
+    }
+    if !messages
+        .iter()
+        .any(|m| m.role == crate::engine::Role::User && !m.content.trim().is_empty())
+    {
+        return Err(ApiError::invalid_field(
+            "messages",
+            "messages must contain a user message with the question",
+        ));
+    }
+    Ok(Validated {
+        rollout: RolloutRequest {
+            messages,
+            max_tokens,
+            temperature: req.temperature,
+            top_p: req.top_p,
+        },
+        stream: req.stream.unwrap_or(false),
+    })
+}
+
+fn engine_error(e: RolloutError) -> ApiError {
+    match e {
+        RolloutError::Engine(EngineError::ContextLength { .. }) => {
+            ApiError::new(ErrorCode::ContextLengthExceeded, e.to_string())
+        }
+        RolloutError::NoQuestion => ApiError::invalid_field("messages", e.to_string()),
+        other => {
+            tracing::error!(error = %other, "rollout failed");
+            ApiError::new(
+                ErrorCode::EngineFailure,
+                "the engine failed while generating; see the server log",
+            )
+        }
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn seeker_info(state: &AppState, outcome: &RolloutOutcome) -> SeekerInfo {
+    SeekerInfo {
+        policy: state.profile.name.clone(),
+        searches: outcome.searches,
+        documents: outcome
+            .documents
+            .iter()
+            .map(|d| Citation::from_document(d, state.backend.name()))
+            .collect(),
+    }
+}
+
+fn usage(outcome: &RolloutOutcome) -> Usage {
+    Usage {
+        prompt_tokens: outcome.usage.prompt_tokens,
+        completion_tokens: outcome.usage.completion_tokens,
+        total_tokens: outcome.usage.prompt_tokens + outcome.usage.completion_tokens,
+    }
+}
+
+/// The handler.
+pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+    let validated = match parse(&body).and_then(|req| validate(&state, req)) {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    let Some(engine) = state.engine() else {
+        return ApiError::new(
+            ErrorCode::ModelLoading,
+            "the model is still loading; retry shortly",
+        )
+        .into_response();
+    };
+    let ctx = RolloutContext {
+        engine,
+        backend: Arc::clone(&state.backend),
+        profile: Arc::clone(&state.profile),
+    };
+    if validated.stream {
+        stream(state, ctx, validated.rollout).into_response()
+    } else {
+        complete(state, ctx, validated.rollout).await
+    }
+}
+
+async fn complete(state: Arc<AppState>, ctx: RolloutContext, request: RolloutRequest) -> Response {
+    let (tx, mut rx) = mpsc::channel(64);
+    let run = async move {
+        let result = rollout::run(&ctx, &request, &tx).await;
+        drop(tx);
+        result
+    };
+    let collect = async {
+        let mut reasoning = String::new();
+        while let Some(event) = rx.recv().await {
+            if let RolloutEvent::Reasoning(text) = event {
+                reasoning.push_str(&text);
+            }
+        }
+        reasoning
+    };
+    let (result, reasoning) = tokio::join!(run, collect);
+    let outcome = match result {
+        Ok(o) => o,
+        Err(e) => return engine_error(e).into_response(),
+    };
+    Json(ChatCompletion {
+        id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
+        object: "chat.completion".into(),
+        created: now(),
+        model: state.model_id.clone(),
+        choices: vec![Choice {
+            index: 0,
+            message: ResponseMessage {
+                role: "assistant".into(),
+                content: outcome.answer.clone(),
+                reasoning_content: reasoning,
+            },
+            finish_reason: finish_reason(&outcome),
+        }],
+        usage: usage(&outcome),
+        seeker: seeker_info(&state, &outcome),
+    })
+    .into_response()
+}
+
+fn finish_reason(outcome: &RolloutOutcome) -> String {
+    serde_json::to_value(outcome.finish_reason)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| "stop".into())
+}
+
+/// Renders the rollout as `chat.completion.chunk` events, then `[DONE]`.
+fn stream(
+    state: Arc<AppState>,
+    ctx: RolloutContext,
+    request: RolloutRequest,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let (tx, mut rx) = mpsc::channel(64);
+    // The rollout stops at its next event once this stream (and so `rx`) is dropped.
+    let task = tokio::spawn(async move { rollout::run(&ctx, &request, &tx).await });
+    let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
+    let created = now();
+    let info_state = Arc::clone(&state);
+    let chunk = move |delta: Delta, finish_reason: Option<String>, seeker: Option<SeekerInfo>| {
+        let chunk = ChatCompletionChunk {
+            id: id.clone(),
+            object: "chat.completion.chunk".into(),
+            created,
+            model: state.model_id.clone(),
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta,
+                finish_reason,
+            }],
+            seeker,
+        };
+        Event::default().data(serde_json::to_string(&chunk).expect("chunk serialises"))
+    };
+    let events = async_stream::stream! {
+        yield Ok(chunk(Delta { role: Some("assistant".into()), ..Delta::default() }, None, None));
+        while let Some(event) = rx.recv().await {
+            let delta = match event {
+                RolloutEvent::Reasoning(text) => Delta { reasoning_content: Some(text), ..Delta::default() },
+                RolloutEvent::Answer(text) => Delta { content: Some(text), ..Delta::default() },
+                RolloutEvent::Search { .. } | RolloutEvent::Results { .. } => continue,
+            };
+            yield Ok(chunk(delta, None, None));
+        }
+        match task.await {
+            Ok(Ok(outcome)) => {
+                let info = seeker_info(&info_state, &outcome);
+                yield Ok(chunk(Delta::default(), Some(finish_reason(&outcome)), Some(info)));
+            }
+            Ok(Err(e)) => yield Ok(Event::default().data(engine_error(e).to_json())),
+            Err(e) => {
+                tracing::error!(error = %e, "rollout task failed");
+                let err = ApiError::new(ErrorCode::EngineFailure, "the rollout failed; see the server log");
+                yield Ok(Event::default().data(err.to_json()));
+            }
+        }
+        yield Ok(Event::default().data("[DONE]"));
+    };
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(5)))
+}

@@ -1,0 +1,219 @@
+//! OpenAI wire types for `/v1/chat/completions` and `/v1/models`, with seeker's
+//! one extension: a `seeker` object on the final message and the last chunk
+//! that names the policy, counts the searches and lists the spliced documents.
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::Role;
+use crate::search::Document;
+
+/// `POST /v1/chat/completions` body. Unknown fields are ignored, as OpenAI does.
+#[derive(Debug, Deserialize)]
+pub struct ChatCompletionRequest {
+    /// Served model id or `default`; absent means `default`.
+    #[serde(default)]
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    /// Budget for all generated tokens across all search rounds.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Newer name of `max_tokens`; wins when both are given.
+    #[serde(default)]
+    pub max_completion_tokens: Option<u32>,
+    /// 0 to 2; 0 (the default) is greedy decoding, the reproducible mode.
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// (0, 1].
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    /// Only 1 is supported.
+    #[serde(default)]
+    pub n: Option<u32>,
+    /// Accepted for compatibility; not used.
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// One message. `content` is a string or an array of `{"type": "text", "text"}` parts.
+#[derive(Debug, Deserialize)]
+pub struct ChatMessage {
+    pub role: MessageRole,
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+}
+
+/// Roles seeker accepts; `developer` is treated as `system`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MessageRole {
+    System,
+    Developer,
+    User,
+    Assistant,
+}
+
+impl From<MessageRole> for Role {
+    fn from(r: MessageRole) -> Self {
+        match r {
+            MessageRole::System | MessageRole::Developer => Role::System,
+            MessageRole::User => Role::User,
+            MessageRole::Assistant => Role::Assistant,
+        }
+    }
+}
+
+/// Message content in either of OpenAI's shapes.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// A content part; only `text` parts carry text.
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+impl MessageContent {
+    /// The text of the content, parts joined with nothing between them;
+    /// `Err(kind)` names the first non-text part.
+    pub fn text(&self) -> Result<String, String> {
+        match self {
+            Self::Text(s) => Ok(s.clone()),
+            Self::Parts(parts) => {
+                let mut out = String::new();
+                for p in parts {
+                    match (p.kind.as_str(), &p.text) {
+                        ("text", Some(t)) => out.push_str(t),
+                        (kind, _) => return Err(kind.to_string()),
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// Token counts: `prompt_tokens` covers the prompt and every spliced document
+/// block; `completion_tokens` every token generated in every round.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub total_tokens: usize,
+}
+
+/// A document the answer was grounded on.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Citation {
+    pub id: String,
+    pub title: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Search backend that returned it (`tantivy`).
+    pub backend: String,
+}
+
+/// seeker's extension object on the final message / last chunk.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SeekerInfo {
+    /// Policy profile that served the request.
+    pub policy: String,
+    /// Search rounds the model ran (the question search of prefetch profiles
+    /// is not counted).
+    pub searches: usize,
+    /// Every spliced document, in splice order.
+    pub documents: Vec<Citation>,
+}
+
+impl Citation {
+    pub fn from_document(doc: &Document, backend: &str) -> Self {
+        Self {
+            id: doc.id.clone(),
+            title: doc.title.clone(),
+            url: doc.url.clone(),
+            backend: backend.to_string(),
+        }
+    }
+}
+
+/// Non-streamed response.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChatCompletion {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<Choice>,
+    pub usage: Usage,
+    pub seeker: SeekerInfo,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Choice {
+    pub index: u32,
+    pub message: ResponseMessage,
+    pub finish_reason: String,
+}
+
+/// The assistant message: the answer in `content`, the trace (reasoning,
+/// search calls and spliced documents) in `reasoning_content`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ResponseMessage {
+    pub role: String,
+    pub content: String,
+    pub reasoning_content: String,
+}
+
+/// One SSE chunk.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChunkChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seeker: Option<SeekerInfo>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChunkChoice {
+    pub index: u32,
+    pub delta: Delta,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+}
+
+/// `GET /v1/models`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ModelList {
+    pub object: String,
+    pub data: Vec<ModelObject>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ModelObject {
+    pub id: String,
+    pub object: String,
+    pub created: u64,
+    pub owned_by: String,
+    /// Policy profile this model is served with.
+    pub policy: String,
+}

@@ -1,0 +1,89 @@
+//! Test doubles at the trait boundaries.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use seeker::profile::Profile;
+use seeker::search::{Document, SearchBackend, SearchError};
+
+/// Repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A shipped policy profile by name.
+pub fn profile(name: &str) -> Profile {
+    let profiles = Profile::load_dir(&root().join("config/policies")).expect("profiles load");
+    profiles[name].clone()
+}
+
+pub fn doc(id: &str, title: &str, text: &str) -> Document {
+    Document {
+        id: id.into(),
+        title: title.into(),
+        text: text.into(),
+        url: None,
+        score: 1.0,
+    }
+}
+
+/// A backend with fixed answers per query; unknown queries get no documents,
+/// queries listed in `failing` fail. Records every query it was asked.
+#[derive(Default)]
+pub struct StaticBackend {
+    pub answers: HashMap<String, Vec<Document>>,
+    pub failing: Vec<String>,
+    pub asked: Mutex<Vec<String>>,
+}
+
+impl StaticBackend {
+    pub fn with(answers: &[(&str, Vec<Document>)]) -> Arc<Self> {
+        Arc::new(Self {
+            answers: answers
+                .iter()
+                .map(|(q, d)| (q.to_string(), d.clone()))
+                .collect(),
+            ..Self::default()
+        })
+    }
+}
+
+#[async_trait]
+impl SearchBackend for StaticBackend {
+    fn name(&self) -> &str {
+        "static"
+    }
+
+    async fn search(
+        &self,
+        queries: &[String],
+        k: usize,
+    ) -> Vec<Result<Vec<Document>, SearchError>> {
+        self.asked.lock().unwrap().extend(queries.iter().cloned());
+        queries
+            .iter()
+            .map(|q| {
+                if self.failing.contains(q) {
+                    return Err(SearchError::Backend("backend down".into()));
+                }
+                let mut docs = self.answers.get(q).cloned().unwrap_or_default();
+                docs.truncate(k);
+                Ok(docs)
+            })
+            .collect()
+    }
+}
+
+/// The default data fetched by scripts/fetch-defaults.sh; panics with the fix
+/// when it is missing (a missing fixture is a failure, never a skip).
+pub fn default_data(relative: &str) -> PathBuf {
+    let path = root().join(relative);
+    assert!(
+        Path::new(&path).is_file(),
+        "{} is missing: run scripts/fetch-defaults.sh --no-index first",
+        path.display()
+    );
+    path
+}

@@ -1,0 +1,215 @@
+//! End to end with real components: the `seeker` binary, the real default GGUF
+//! (SmolLM2-135M-Instruct Q4_1), a real BM25 index over the real Wikipedia
+//! corpus, a real server on port 0, real HTTP.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::common::{default_data, root};
+use crate::http::sse_data;
+
+const SEEKER: &str = env!("CARGO_BIN_EXE_seeker");
+
+/// Kills the server when the test ends, pass or fail.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn build_index(index: &Path) {
+    let corpus = default_data("data/wiki/corpus.jsonl");
+    let out = Command::new(SEEKER)
+        .args(["index", "--corpus"])
+        .arg(&corpus)
+        .arg("--index")
+        .arg(index)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The corpus built by scripts/fetch-defaults.sh has 10,033 lead paragraphs.
+    assert!(stdout.starts_with("indexed 10033 documents"), "{stdout}");
+}
+
+fn search_cli(index: &Path, query: &str) -> String {
+    let out = Command::new(SEEKER)
+        .args(["search", "-k", "3", "--index"])
+        .arg(index)
+        .arg(query)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn start_server(index: &Path) -> Server {
+    let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let mut child = Command::new(SEEKER)
+        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .current_dir(root())
+        .env("SEEKER_SEARCH__INDEX", index)
+        .env("SEEKER_MODEL__GGUF", &gguf)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("seeker listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_string();
+    Server { child, base }
+}
+
+async fn wait_healthy(client: &reqwest::Client, base: &str) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        if let Ok(r) = client.get(format!("{base}/health")).send().await {
+            if r.status() == 200 {
+                return;
+            }
+            assert_eq!(r.status(), 503, "health is 503 while loading, then 200");
+        }
+        assert!(Instant::now() < deadline, "the model did not load in time");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn question(stream: bool) -> Value {
+    json!({
+        "model": "default",
+        "stream": stream,
+        "max_tokens": 96,
+        "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_model_searches_real_wikipedia_and_answers_streamed_and_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    build_index(&index);
+    let hits = search_cli(&index, "Who painted the Mona Lisa?");
+    assert!(
+        hits.starts_with("1. [") && hits.contains("Mona Lisa"),
+        "{hits}"
+    );
+    // Any text is a query: no parser errors.
+    assert!(search_cli(&index, "title:\"(unbalanced AND -").len() > 0);
+
+    let server = start_server(&index);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+
+    let models: Value = client
+        .get(format!("{}/v1/models", server.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct");
+
+    // Streamed.
+    let response = client
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(&question(true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let body = response.text().await.unwrap();
+    for frame in body.split("\n\n").filter(|f| !f.is_empty()) {
+        assert!(
+            frame
+                .lines()
+                .all(|l| l.starts_with("data: ") || l.starts_with(':')),
+            "not an SSE frame: {frame:?}"
+        );
+    }
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let streamed_content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    let streamed_reasoning: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
+        .collect();
+    // A search ran and its documents were spliced in Search-R1's format.
+    assert!(
+        streamed_reasoning.starts_with("\n\n<information>Doc 1(Title: \""),
+        "{streamed_reasoning}"
+    );
+    let block_end = streamed_reasoning
+        .find("</information>")
+        .expect("a closed block");
+    assert!(
+        streamed_reasoning[..block_end].contains("Leonardo da Vinci"),
+        "{streamed_reasoning}"
+    );
+    assert!(!streamed_content.trim().is_empty(), "empty answer: {body}");
+    let last = chunks.last().unwrap();
+    assert!(last["choices"][0]["finish_reason"].is_string());
+    assert!(last["seeker"]["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["title"] == "Mona Lisa"));
+
+    // Not streamed: greedy decoding gives the same final text.
+    let v: Value = client
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(&question(false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let message = &v["choices"][0]["message"];
+    assert_eq!(
+        message["content"].as_str().unwrap(),
+        streamed_content,
+        "{v}"
+    );
+    assert_eq!(
+        message["reasoning_content"].as_str().unwrap(),
+        streamed_reasoning
+    );
+    assert!(v["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+}

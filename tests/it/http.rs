@@ -1,0 +1,292 @@
+//! The HTTP surface through the router (`app(state).oneshot`), with a scripted
+//! engine: wire shapes, streaming framing, and errors in OpenAI's shape.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use seeker::config::GenerationConfig;
+use seeker::engine::scripted::ScriptedEngine;
+use seeker::server::{app, AppState};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use crate::common::{doc, profile, StaticBackend};
+
+fn state(engine: Option<ScriptedEngine>) -> Arc<AppState> {
+    let backend = StaticBackend::with(&[(
+        "Mona Lisa painter",
+        vec![doc("7", "Mona Lisa", "A portrait by Leonardo da Vinci.")],
+    )]);
+    let state = AppState::new(
+        "test-model".into(),
+        backend,
+        Arc::new(profile("search-r1")),
+        GenerationConfig::default(),
+    );
+    if let Some(engine) = engine {
+        state.set_engine(Arc::new(engine));
+    }
+    Arc::new(state)
+}
+
+fn script() -> ScriptedEngine {
+    ScriptedEngine::new([
+        vec![
+            "<think>look it up</think>",
+            "<search> Mona Lisa painter </search>",
+        ],
+        vec!["<answer> Leonardo", " da Vinci </answer>"],
+    ])
+}
+
+async fn send(state: Arc<AppState>, method: &str, uri: &str, body: &str) -> (StatusCode, String) {
+    let request = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = app(state).oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+fn error_of(body: &str) -> Value {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let err = v["error"].clone();
+    for key in ["message", "type", "code"] {
+        assert!(err[key].is_string(), "error.{key} missing in {body}");
+    }
+    assert!(err.get("param").is_some(), "error.param missing in {body}");
+    err
+}
+
+fn chat_body(stream: bool) -> String {
+    json!({
+        "model": "test-model",
+        "stream": stream,
+        "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}],
+        "some_future_field": {"ignored": true}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn non_streamed_completion_has_openai_shape_and_trace() {
+    let (status, body) = send(
+        state(Some(script())),
+        "POST",
+        "/v1/chat/completions",
+        &chat_body(false),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], "test-model");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert_eq!(choice["message"]["content"], "Leonardo da Vinci");
+    assert_eq!(choice["finish_reason"], "stop");
+    let reasoning = choice["message"]["reasoning_content"].as_str().unwrap();
+    assert!(reasoning.contains(
+        "<search> Mona Lisa painter </search>\n\n<information>Doc 1(Title: \"Mona Lisa\")"
+    ));
+    assert_eq!(v["seeker"]["searches"], 1);
+    assert_eq!(v["seeker"]["documents"][0]["title"], "Mona Lisa");
+    let usage = &v["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+    );
+    assert_eq!(usage["completion_tokens"], 4);
+}
+
+/// Parses an SSE body into its `data:` payloads.
+pub fn sse_data(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter(|frame| !frame.trim().is_empty())
+        .filter_map(|frame| {
+            let data: Vec<&str> = frame
+                .lines()
+                .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+                .collect();
+            (!data.is_empty()).then(|| data.join("\n"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn streamed_completion_is_chunks_then_done_and_matches_non_streamed() {
+    let (status, body) = send(
+        state(Some(script())),
+        "POST",
+        "/v1/chat/completions",
+        &chat_body(true),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    let reasoning: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
+        .collect();
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+    assert_eq!(last["seeker"]["searches"], 1);
+
+    let (_, body) = send(
+        state(Some(script())),
+        "POST",
+        "/v1/chat/completions",
+        &chat_body(false),
+    )
+    .await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        content,
+        v["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+    assert_eq!(
+        reasoning,
+        v["choices"][0]["message"]["reasoning_content"]
+            .as_str()
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn models_answers_to_its_id_and_default_only() {
+    let (status, body) = send(state(None), "GET", "/v1/models", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["data"][0]["id"], "test-model");
+    assert_eq!(v["data"][0]["policy"], "search-r1");
+    for id in ["test-model", "default"] {
+        let (status, _) = send(state(None), "GET", &format!("/v1/models/{id}"), "").await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (status, body) = send(state(None), "GET", "/v1/models/gpt-4", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_of(&body)["code"], "model_not_found");
+
+    let body =
+        json!({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+    let (status, body) = send(state(Some(script())), "POST", "/v1/chat/completions", &body).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_of(&body)["param"], "model");
+}
+
+#[tokio::test]
+async fn health_is_503_until_the_model_is_loaded() {
+    let (status, body) = send(state(None), "GET", "/health", "").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(error_of(&body)["code"], "model_loading");
+    let (status, _) = send(state(Some(script())), "GET", "/health", "").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn bad_requests_get_openai_errors_naming_the_field() {
+    let cases: &[(&str, StatusCode, &str, Option<&str>)] = &[
+        ("{not json", StatusCode::BAD_REQUEST, "invalid_json", None),
+        ("", StatusCode::BAD_REQUEST, "invalid_json", None),
+        ("[1, 2]", StatusCode::BAD_REQUEST, "invalid_json", None),
+        (
+            r#"{"model": "default"}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("messages"),
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "q"}], "max_tokens": "ten"}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("max_tokens"),
+        ),
+        (
+            r#"{"messages": [{"role": "wizard", "content": "q"}]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("messages[0].role"),
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "q"}], "temperature": 7}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("temperature"),
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "q"}], "n": 2}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("n"),
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "q"}], "max_tokens": 0}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("max_tokens"),
+        ),
+        (
+            r#"{"messages": []}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("messages"),
+        ),
+        (
+            r#"{"messages": [{"role": "system", "content": "only a system prompt"}]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("messages"),
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("messages[0].content"),
+        ),
+    ];
+    for (body, status, code, param) in cases {
+        let (got, text) = send(state(Some(script())), "POST", "/v1/chat/completions", body).await;
+        assert_eq!(got, *status, "{body} -> {text}");
+        let err = error_of(&text);
+        assert_eq!(err["code"], *code, "{body} -> {text}");
+        if let Some(param) = param {
+            assert_eq!(err["param"], *param, "{body} -> {text}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn text_parts_are_accepted_as_content() {
+    let body = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "Who painted "}, {"type": "text", "text": "the Mona Lisa?"}]}]}).to_string();
+    let (status, text) = send(state(Some(script())), "POST", "/v1/chat/completions", &body).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+}
+
+#[tokio::test]
+async fn unknown_routes_and_methods_are_json_errors() {
+    let (status, body) = send(state(None), "GET", "/v1/nothing", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_of(&body)["code"], "unknown_url");
+    let (status, body) = send(state(None), "GET", "/v1/chat/completions", "").await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(error_of(&body)["code"], "method_not_allowed");
+}

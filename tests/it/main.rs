@@ -1,0 +1,10 @@
+//! Integration tests, one binary (it links mistral.rs once).
+//! - `rollout`: the search loop with a scripted engine and an in-memory backend.
+//! - `http`: the API surface through the router, no model needed.
+//! - `e2e`: the real binary, the real default GGUF and corpus (fetch them first
+//!   with `scripts/fetch-defaults.sh --no-index`).
+
+mod common;
+mod e2e;
+mod http;
+mod rollout;

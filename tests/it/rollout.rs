@@ -1,0 +1,248 @@
+//! The search loop, driven by a scripted engine with hand-made token boundaries.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use seeker::engine::scripted::ScriptedEngine;
+use seeker::engine::{ChatTurn, Role};
+use seeker::profile::Profile;
+use seeker::rollout::{
+    run, FinishReason, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
+};
+use tokio::sync::mpsc;
+
+use crate::common::{doc, profile, StaticBackend};
+
+fn request(question: &str, max_tokens: usize) -> RolloutRequest {
+    RolloutRequest {
+        messages: vec![ChatTurn {
+            role: Role::User,
+            content: question.into(),
+        }],
+        max_tokens,
+        temperature: None,
+        top_p: None,
+    }
+}
+
+fn context(
+    engine: &ScriptedEngine,
+    backend: Arc<StaticBackend>,
+    profile: Profile,
+) -> RolloutContext {
+    RolloutContext {
+        engine: Arc::new(engine.clone()),
+        backend,
+        profile: Arc::new(profile),
+    }
+}
+
+/// Runs a rollout, collecting every event.
+async fn collect(
+    ctx: &RolloutContext,
+    req: &RolloutRequest,
+) -> (Result<RolloutOutcome, RolloutError>, Vec<RolloutEvent>) {
+    let (tx, mut rx) = mpsc::channel(1024);
+    let result = run(ctx, req, &tx).await;
+    drop(tx);
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push(e);
+    }
+    (result, events)
+}
+
+fn answer_text(events: &[RolloutEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            RolloutEvent::Answer(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reasoning_text(events: &[RolloutEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            RolloutEvent::Reasoning(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn mona_lisa() -> Arc<StaticBackend> {
+    StaticBackend::with(&[(
+        "Mona Lisa painter",
+        vec![
+            doc(
+                "7",
+                "Mona Lisa",
+                "The Mona Lisa is a portrait by Leonardo da Vinci.",
+            ),
+            doc("8", "Louvre", "The Louvre is a museum in Paris."),
+        ],
+    )])
+}
+
+#[tokio::test]
+async fn search_r1_round_splices_exactly_and_discards_text_after_the_tag() {
+    let engine = ScriptedEngine::new([
+        // Round 1: the tag is split across pieces; the model keeps writing
+        // after </search> (and hallucinates a document block).
+        vec![
+            "<think>I need",
+            " facts</think>\n<sea",
+            "rch> Mona Lisa painter </se",
+            "arch>",
+            "\n\n<information>fake",
+        ],
+        vec![
+            "<think>It is Leonardo.</think>\n<ans",
+            "wer> Leonardo da Vinci </answer>",
+            " trailing",
+        ],
+    ]);
+    let ctx = context(&engine, mona_lisa(), profile("search-r1"));
+    let (result, events) = collect(&ctx, &request("Who painted the Mona Lisa", 256)).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "Leonardo da Vinci");
+    assert_eq!(outcome.finish_reason, FinishReason::Stop);
+    assert_eq!(outcome.searches, 1);
+    assert_eq!(answer_text(&events), outcome.answer);
+
+    let prompts = engine.prompts();
+    assert_eq!(prompts.len(), 2);
+    let expected_splice = "\n\n<information>Doc 1(Title: \"Mona Lisa\") The Mona Lisa is a portrait by \
+        Leonardo da Vinci.\nDoc 2(Title: \"Louvre\") The Louvre is a museum in Paris.</information>\n\n";
+    assert_eq!(
+        prompts[1],
+        format!(
+            "{}<think>I need facts</think>\n<search> Mona Lisa painter </search>{expected_splice}",
+            prompts[0]
+        )
+    );
+    // The first prompt is the Search-R1 instruction with the normalised question.
+    assert!(prompts[0]
+        .ends_with("Question: Who painted the Mona Lisa?\n<|im_end|>\n<|im_start|>assistant\n"));
+    // The trace shows exactly what the model saw after the prompt, minus the answer.
+    assert_eq!(
+        reasoning_text(&events),
+        format!(
+            "<think>I need facts</think>\n<search> Mona Lisa painter </search>{expected_splice}<think>It is Leonardo.</think>\n"
+        )
+    );
+    assert!(events.contains(&RolloutEvent::Search {
+        round: 1,
+        queries: vec!["Mona Lisa painter".into()]
+    }));
+}
+
+#[tokio::test]
+async fn after_max_searches_the_final_round_does_not_search() {
+    let search = vec!["<search> q </search>"];
+    let engine = ScriptedEngine::new(vec![search.clone(); 6]);
+    let backend = StaticBackend::with(&[("q", vec![doc("1", "T", "x")])]);
+    let ctx = context(&engine, Arc::clone(&backend), profile("search-r1"));
+    let (result, _) = collect(&ctx, &request("q", 512)).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.searches, 4);
+    assert_eq!(backend.asked.lock().unwrap().len(), 4);
+    assert_eq!(engine.prompts().len(), 5, "4 search rounds + 1 final round");
+    assert_eq!(outcome.finish_reason, FinishReason::Length);
+    assert_eq!(
+        outcome.answer, "",
+        "trained policies get no fallback answer"
+    );
+}
+
+#[tokio::test]
+async fn token_budget_spans_all_rounds() {
+    let engine = ScriptedEngine::new([
+        vec!["<search>", " q ", "</search>"],
+        vec!["a", "b", "c", "d", "e"],
+    ]);
+    let ctx = context(&engine, StaticBackend::with(&[]), profile("search-r1"));
+    let (result, _) = collect(&ctx, &request("q", 5)).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.finish_reason, FinishReason::Length);
+    assert_eq!(outcome.usage.completion_tokens, 5);
+}
+
+#[tokio::test]
+async fn prefetch_profile_searches_the_question_first_and_falls_back_to_plain_text() {
+    let backend = StaticBackend::with(&[(
+        "Who painted the Mona Lisa?",
+        vec![doc("7", "Mona Lisa", "A portrait by Leonardo da Vinci.")],
+    )]);
+    let engine = ScriptedEngine::new([vec![
+        " The Mona Lisa was painted",
+        " by Leonardo da Vinci. ",
+    ]]);
+    let ctx = context(&engine, Arc::clone(&backend), profile("search-r1-prefetch"));
+    let (result, events) = collect(&ctx, &request("Who painted the Mona Lisa", 64)).await;
+    let outcome = result.unwrap();
+    assert_eq!(
+        backend.asked.lock().unwrap().as_slice(),
+        ["Who painted the Mona Lisa?"]
+    );
+    let prompt = &engine.prompts()[0];
+    assert!(prompt.ends_with(
+        "<|im_start|>assistant\n\n\n<information>Doc 1(Title: \"Mona Lisa\") A portrait by Leonardo da Vinci.</information>\n\n"
+    ));
+    assert_eq!(
+        outcome.answer,
+        "The Mona Lisa was painted by Leonardo da Vinci."
+    );
+    assert_eq!(answer_text(&events), outcome.answer);
+    assert_eq!(outcome.searches, 0);
+    assert_eq!(outcome.documents.len(), 1);
+    assert!(matches!(events[0], RolloutEvent::Search { round: 0, .. }));
+}
+
+#[tokio::test]
+async fn a_failed_search_degrades_that_query_only() {
+    let backend = Arc::new(StaticBackend {
+        failing: vec!["broken".into()],
+        ..StaticBackend::default()
+    });
+    let engine = ScriptedEngine::new([
+        vec!["<search> broken </search>"],
+        vec!["<answer> still answered </answer>"],
+    ]);
+    let ctx = context(&engine, backend, profile("search-r1"));
+    let (result, events) = collect(&ctx, &request("q", 64)).await;
+    assert_eq!(result.unwrap().answer, "still answered");
+    assert!(events.iter().any(|e| matches!(
+        e,
+        RolloutEvent::Results { error: Some(msg), .. } if msg.contains("backend down")
+    )));
+}
+
+#[tokio::test]
+async fn an_answer_left_open_at_eos_counts_as_far_as_it_got() {
+    let engine = ScriptedEngine::new([vec!["<answer>  Leonardo", " da Vinci  "]]);
+    let ctx = context(&engine, StaticBackend::with(&[]), profile("search-r1"));
+    let (result, events) = collect(&ctx, &request("q", 64)).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "Leonardo da Vinci");
+    assert_eq!(answer_text(&events), "Leonardo da Vinci");
+}
+
+#[tokio::test]
+async fn dropping_the_receiver_cancels_the_rollout() {
+    let pieces: Vec<String> = (0..1000).map(|i| format!("w{i} ")).collect();
+    let engine = ScriptedEngine::new([pieces]).with_delay(Duration::from_millis(5));
+    let ctx = context(&engine, StaticBackend::with(&[]), profile("search-r1"));
+    let (tx, mut rx) = mpsc::channel(4);
+    let req = request("q", 4096);
+    let task = tokio::spawn(async move { run(&ctx, &req, &tx).await });
+    rx.recv().await.expect("a first event");
+    drop(rx);
+    let result = tokio::time::timeout(Duration::from_secs(2), task)
+        .await
+        .expect("the rollout stops promptly")
+        .unwrap();
+    assert!(matches!(result, Err(RolloutError::Cancelled)), "{result:?}");
+}
