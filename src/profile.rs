@@ -33,6 +33,22 @@ pub enum PromptFormat {
     Chat,
 }
 
+/// Whether and where the question itself is searched and spliced before the
+/// first generated token (for models that never learned the search tags).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum QuestionSearch {
+    /// No search before the model asks for one (trained policies).
+    Off,
+    /// The document block right after the generation prompt, where the
+    /// results of a search call made by the model would go.
+    Assistant,
+    /// The document block, without its surrounding whitespace, then `\n`, at
+    /// the start of the user message, before the instruction: the layout small
+    /// untrained instruct models answer from best.
+    User,
+}
+
 /// What the answer is when a rollout ends (EOS, token budget, round cap)
 /// without a closed answer tag.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -88,7 +104,7 @@ struct SpliceSpec {
 struct RolloutSpec {
     top_k: usize,
     max_searches: usize,
-    search_question_first: bool,
+    search_question_first: QuestionSearch,
     answer_fallback: AnswerFallback,
 }
 
@@ -150,8 +166,8 @@ pub struct Profile {
     /// (Search-R1: 4).
     pub max_searches: usize,
     /// Search the user's question and splice the results before the first
-    /// token: for models that never learned the search tags.
-    pub search_question_first: bool,
+    /// token, and where: for models that never learned the search tags.
+    pub search_question_first: QuestionSearch,
     pub answer_fallback: AnswerFallback,
 }
 
@@ -446,7 +462,13 @@ mod tests {
         let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
         let profiles = Profile::load_dir(dir).unwrap();
         assert!(profiles.contains_key("search-r1"));
-        assert!(profiles["search-r1-prefetch"].search_question_first);
-        assert!(!profiles["search-r1"].search_question_first);
+        assert_eq!(
+            profiles["search-r1-prefetch"].search_question_first,
+            QuestionSearch::User
+        );
+        assert_eq!(
+            profiles["search-r1"].search_question_first,
+            QuestionSearch::Off
+        );
     }
 }

@@ -4,7 +4,8 @@
 //! 1. The prompt is the client's conversation with the last user message
 //!    replaced by the profile's instruction for that question, rendered through
 //!    the model's chat template. With `search_question_first` the question is
-//!    searched and spliced before the first token.
+//!    searched before the first token and its documents spliced after the
+//!    generation prompt or at the start of the user message.
 //! 2. Each round the engine continues the whole transcript. The
 //!    [`TagScanner`] ends the round at the first closing tag; the text after it
 //!    is discarded and the engine is cancelled.
@@ -28,7 +29,7 @@ use tokio::sync::mpsc;
 use crate::engine::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, GenerationParams, Role,
 };
-use crate::profile::{AnswerFallback, Profile};
+use crate::profile::{AnswerFallback, Profile, QuestionSearch};
 use crate::scanner::{Region, RoundEnd, ScanEvent, TagScanner};
 use crate::search::{Document, SearchBackend};
 
@@ -220,11 +221,24 @@ impl<'a> Rollout<'a> {
         let question = self.request.messages[question_at].content.clone();
         let mut messages = self.request.messages[..=question_at].to_vec();
         messages[question_at].content = profile.user_message(&question);
-        self.transcript = self.ctx.engine.render_chat(&messages).await?;
-
-        if profile.search_question_first {
-            let query = profile.normalize_question(&question);
-            self.search_and_splice(0, query).await?;
+        match profile.search_question_first {
+            QuestionSearch::Off => {
+                self.transcript = self.ctx.engine.render_chat(&messages).await?;
+            }
+            QuestionSearch::Assistant => {
+                self.transcript = self.ctx.engine.render_chat(&messages).await?;
+                let query = profile.normalize_question(&question);
+                let splice = self.search(0, query).await?;
+                self.splice(splice).await?;
+            }
+            QuestionSearch::User => {
+                let query = profile.normalize_question(&question);
+                let splice = self.search(0, query).await?;
+                let block = format!("{}\n", splice.trim());
+                messages[question_at].content.insert_str(0, &block);
+                self.transcript = self.ctx.engine.render_chat(&messages).await?;
+                self.emit(RolloutEvent::Reasoning(block)).await?;
+            }
         }
 
         let mut scanner = TagScanner::new(profile.tag_set());
@@ -286,7 +300,8 @@ impl<'a> Rollout<'a> {
                         {
                             searches += 1;
                             let query = query.trim().to_string();
-                            self.search_and_splice(searches, query).await?;
+                            let splice = self.search(searches, query).await?;
+                            self.splice(splice).await?;
                             break;
                         }
                         // The round cap: the final round's search is not run.
@@ -347,8 +362,9 @@ impl<'a> Rollout<'a> {
         Ok(None)
     }
 
-    /// Searches `query`, splices the documents into the transcript and reports both.
-    async fn search_and_splice(&mut self, round: usize, query: String) -> Result<(), RolloutError> {
+    /// Searches `query`, reports the call and its documents, and returns the
+    /// text to splice for them.
+    async fn search(&mut self, round: usize, query: String) -> Result<String, RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
         self.emit(RolloutEvent::Search {
             round,
@@ -369,8 +385,6 @@ impl<'a> Rollout<'a> {
             tracing::warn!(round, error = %e, "search failed; splicing no documents");
         }
         let splice = profile.render_splice(&documents);
-        self.transcript.push_str(&splice);
-        self.since_splice.clear();
         self.documents.extend(documents.iter().cloned());
         self.emit(RolloutEvent::Results {
             round,
@@ -379,6 +393,13 @@ impl<'a> Rollout<'a> {
             error,
         })
         .await?;
+        Ok(splice)
+    }
+
+    /// Appends `splice` to the transcript and shows it in the trace.
+    async fn splice(&mut self, splice: String) -> Result<(), RolloutError> {
+        self.transcript.push_str(&splice);
+        self.since_splice.clear();
         self.emit(RolloutEvent::Reasoning(splice)).await
     }
 

@@ -154,7 +154,11 @@ impl MistralEngine {
         self.max_seq_len
     }
 
-    async fn tokenize(&self, text: &str) -> Result<Vec<u32>, EngineError> {
+    /// Token ids of `text` (special tokens written out are recognised; no BOS added).
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when the tokenizer fails.
+    pub async fn tokenize(&self, text: &str) -> Result<Vec<u32>, EngineError> {
         self.model
             .tokenize(Either::Right(text.to_string()), None, false, false, None)
             .await

@@ -170,9 +170,9 @@ async fn real_model_searches_real_wikipedia_and_answers_streamed_and_not() {
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str())
         .collect();
-    // A search ran and its documents were spliced in Search-R1's format.
+    // The question was searched and its documents spliced in Search-R1's format.
     assert!(
-        streamed_reasoning.starts_with("\n\n<information>Doc 1(Title: \""),
+        streamed_reasoning.starts_with("<information>Doc 1(Title: \""),
         "{streamed_reasoning}"
     );
     let block_end = streamed_reasoning

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use seeker::engine::scripted::ScriptedEngine;
 use seeker::engine::{ChatTurn, Role};
-use seeker::profile::Profile;
+use seeker::profile::{Profile, QuestionSearch};
 use seeker::rollout::{
     run, FinishReason, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
 };
@@ -170,12 +170,16 @@ async fn token_budget_spans_all_rounds() {
     assert_eq!(outcome.usage.completion_tokens, 5);
 }
 
-#[tokio::test]
-async fn prefetch_profile_searches_the_question_first_and_falls_back_to_plain_text() {
-    let backend = StaticBackend::with(&[(
+fn mona_lisa_question() -> Arc<StaticBackend> {
+    StaticBackend::with(&[(
         "Who painted the Mona Lisa?",
         vec![doc("7", "Mona Lisa", "A portrait by Leonardo da Vinci.")],
-    )]);
+    )])
+}
+
+#[tokio::test]
+async fn prefetch_profile_searches_the_question_first_and_falls_back_to_plain_text() {
+    let backend = mona_lisa_question();
     let engine = ScriptedEngine::new([vec![
         " The Mona Lisa was painted",
         " by Leonardo da Vinci. ",
@@ -187,18 +191,40 @@ async fn prefetch_profile_searches_the_question_first_and_falls_back_to_plain_te
         backend.asked.lock().unwrap().as_slice(),
         ["Who painted the Mona Lisa?"]
     );
+    // The block, stripped, then a newline, opens the user message.
+    let block =
+        "<information>Doc 1(Title: \"Mona Lisa\") A portrait by Leonardo da Vinci.</information>\n";
     let prompt = &engine.prompts()[0];
-    assert!(prompt.ends_with(
-        "<|im_start|>assistant\n\n\n<information>Doc 1(Title: \"Mona Lisa\") A portrait by Leonardo da Vinci.</information>\n\n"
-    ));
+    assert!(
+        prompt.contains(&format!(
+            "<|im_start|>user\n{block}Answer the given question."
+        )),
+        "{prompt}"
+    );
+    assert!(prompt
+        .ends_with("Question: Who painted the Mona Lisa?\n<|im_end|>\n<|im_start|>assistant\n"));
     assert_eq!(
         outcome.answer,
         "The Mona Lisa was painted by Leonardo da Vinci."
     );
     assert_eq!(answer_text(&events), outcome.answer);
+    assert!(reasoning_text(&events).starts_with(block));
     assert_eq!(outcome.searches, 0);
     assert_eq!(outcome.documents.len(), 1);
     assert!(matches!(events[0], RolloutEvent::Search { round: 0, .. }));
+}
+
+#[tokio::test]
+async fn question_search_in_the_assistant_turn_splices_after_the_generation_prompt() {
+    let mut prefetch = profile("search-r1-prefetch");
+    prefetch.search_question_first = QuestionSearch::Assistant;
+    let engine = ScriptedEngine::new([vec!["<answer> Leonardo </answer>"]]);
+    let ctx = context(&engine, mona_lisa_question(), prefetch);
+    let (result, _) = collect(&ctx, &request("Who painted the Mona Lisa", 64)).await;
+    assert_eq!(result.unwrap().answer, "Leonardo");
+    assert!(engine.prompts()[0].ends_with(
+        "<|im_start|>assistant\n\n\n<information>Doc 1(Title: \"Mona Lisa\") A portrait by Leonardo da Vinci.</information>\n\n"
+    ));
 }
 
 #[tokio::test]

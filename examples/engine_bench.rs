@@ -1,0 +1,122 @@
+//! Measures the embedded engine's prefill and decode speed on a realistic
+//! search prompt, and prints the greedy continuation so it can be compared with
+//! llama.cpp on the same text (`bench/llama_cpp_bench.py`).
+//!
+//! The prompt: the Search-R1 instruction for `--question` through the model's chat
+//! template, then an `<information>` splice of the top `--docs` documents from the
+//! index, as `search-r1-prefetch` builds it. It is written to `--prompt-out`.
+//!
+//! ```text
+//! cargo run --example engine_bench -- --docs 8 --max-tokens 64 --runs 3
+//! ```
+//! Output: one JSON object per run: prompt_tokens, prefill_s (time to first token),
+//! prefill_tok_s, decode_tokens, decode_tok_s, then the generated text.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Parser;
+use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
+use seeker::profile::Profile;
+use seeker::search::bm25::Bm25Index;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "models/SmolLM2-135M-Instruct.Q4_1.gguf")]
+    gguf: PathBuf,
+    #[arg(long, default_value = "data/wiki/index")]
+    index: PathBuf,
+    #[arg(long, default_value = "config/policies/search-r1-prefetch.toml")]
+    profile: PathBuf,
+    #[arg(long, default_value = "Who painted the Mona Lisa?")]
+    question: String,
+    /// Documents spliced into the prompt (8 gives about 1,000 prompt tokens).
+    #[arg(long, default_value_t = 8)]
+    docs: usize,
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    #[arg(long, default_value = "target/engine_bench_prompt.txt")]
+    prompt_out: PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dtype = match args.dtype.as_str() {
+        "f32" => ActivationDtype::F32,
+        "f16" => ActivationDtype::F16,
+        "bf16" => ActivationDtype::Bf16,
+        _ => ActivationDtype::Auto,
+    };
+    let engine = MistralEngine::load(&MistralConfig {
+        model_id: "bench".into(),
+        gguf: args.gguf.clone(),
+        dtype,
+        max_num_seqs: 1,
+    })
+    .await?;
+    let profile = Arc::new(Profile::load(&args.profile)?);
+    let index = Bm25Index::open(&args.index)?;
+    let docs = index.search(&args.question, args.docs)?;
+    let mut prompt = engine
+        .render_chat(&[ChatTurn {
+            role: Role::User,
+            content: profile.user_message(&args.question),
+        }])
+        .await?;
+    prompt.push_str(&profile.render_splice(&docs));
+    std::fs::write(&args.prompt_out, &prompt)?;
+    let ids = engine.tokenize(&prompt).await?;
+    std::fs::write(
+        args.prompt_out.with_extension("ids.json"),
+        serde_json::to_string(&ids)?,
+    )?;
+
+    let params = GenerationParams {
+        max_tokens: args.max_tokens,
+        temperature: None,
+        top_p: None,
+        stop: Vec::new(),
+    };
+    for run in 0..args.runs {
+        let started = Instant::now();
+        let mut generation = engine.generate(&prompt, &params).await?;
+        let mut first = None;
+        let mut tokens = 0;
+        let mut text = String::new();
+        while let Some(event) = generation.events.recv().await {
+            match event? {
+                EngineEvent::Text { text: t, tokens: n } => {
+                    first.get_or_insert_with(Instant::now);
+                    tokens += n;
+                    text.push_str(&t);
+                }
+                EngineEvent::Done(_) => break,
+            }
+        }
+        let end = Instant::now();
+        let ttft = first.map_or(0.0, |f| (f - started).as_secs_f64());
+        let decode_s = first.map_or(0.0, |f| (end - f).as_secs_f64());
+        println!(
+            "{}",
+            serde_json::json!({
+                "run": run,
+                "prompt_tokens": generation.prompt_tokens,
+                "prefill_s": ttft,
+                "prefill_tok_s": generation.prompt_tokens as f64 / ttft,
+                "decode_tokens": tokens.saturating_sub(1),
+                "decode_tok_s": tokens.saturating_sub(1) as f64 / decode_s,
+            })
+        );
+        if run == 0 {
+            println!("{}", serde_json::json!({ "text": text }));
+        }
+    }
+    Ok(())
+}
