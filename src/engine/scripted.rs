@@ -89,10 +89,9 @@ impl Engine for ScriptedEngine {
         let prompt_tokens = prompt.split_whitespace().count();
         tokio::spawn(async move {
             let mut text = String::new();
-            let mut generated = 0;
             let mut finish = EngineFinish::Stop;
             let mut stop_seen = false;
-            for piece in script {
+            for (generated, piece) in script.into_iter().enumerate() {
                 if generated >= params.max_tokens {
                     finish = EngineFinish::Length;
                     break;
@@ -100,7 +99,6 @@ impl Engine for ScriptedEngine {
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                generated += 1;
                 text.push_str(&piece);
                 let stop_now = stop_seen;
                 let event = EngineEvent::Text {
