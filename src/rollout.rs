@@ -258,7 +258,15 @@ impl<'a> Rollout<'a> {
                 top_p: self.request.top_p,
                 stop: profile.stop_strings(),
             };
-            let mut generation = self.ctx.engine.generate(&self.transcript, &params).await?;
+            let mut generation = match self.ctx.engine.generate(&self.transcript, &params).await {
+                Ok(g) => g,
+                // Spliced documents filled the context: the answer ends here, as
+                // at the token budget. A prompt too long to start is an error.
+                Err(EngineError::ContextLength { .. }) if self.usage.completion_tokens > 0 => {
+                    return self.finish(FinishReason::Length, searches).await;
+                }
+                Err(e) => return Err(e.into()),
+            };
             self.usage.prompt_tokens = generation
                 .prompt_tokens
                 .saturating_sub(self.generated_in_transcript);

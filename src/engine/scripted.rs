@@ -22,6 +22,7 @@ pub struct ScriptedEngine {
     scripts: Arc<Mutex<VecDeque<Vec<String>>>>,
     prompts: Arc<Mutex<Vec<String>>>,
     delay: Duration,
+    context_limit: Option<usize>,
 }
 
 impl ScriptedEngine {
@@ -42,6 +43,13 @@ impl ScriptedEngine {
     /// Waits `delay` before each piece (for cancellation tests).
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
+        self
+    }
+
+    /// Refuses prompts of `limit` or more whitespace-separated words (its
+    /// stand-in for tokens) with [`EngineError::ContextLength`].
+    pub fn with_context_limit(mut self, limit: usize) -> Self {
+        self.context_limit = Some(limit);
         self
     }
 
@@ -73,6 +81,15 @@ impl Engine for ScriptedEngine {
         prompt: &str,
         params: &GenerationParams,
     ) -> Result<Generation, EngineError> {
+        let prompt_tokens = prompt.split_whitespace().count();
+        if let Some(limit) = self.context_limit {
+            if prompt_tokens >= limit {
+                return Err(EngineError::ContextLength {
+                    prompt_tokens,
+                    limit,
+                });
+            }
+        }
         self.prompts
             .lock()
             .expect("prompts lock")
@@ -86,7 +103,6 @@ impl Engine for ScriptedEngine {
         let (tx, rx) = mpsc::channel(16);
         let params = params.clone();
         let delay = self.delay;
-        let prompt_tokens = prompt.split_whitespace().count();
         tokio::spawn(async move {
             let mut text = String::new();
             let mut finish = EngineFinish::Stop;

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -23,6 +25,9 @@ use crate::engine::{ChatTurn, EngineError};
 use crate::rollout::{
     self, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
 };
+
+/// Largest request body accepted (axum's default limit), in bytes.
+pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
 /// A request that passed validation.
 struct Validated {
@@ -208,7 +213,24 @@ fn usage(outcome: &RolloutOutcome) -> Usage {
 }
 
 /// The handler.
-pub async fn chat_completions(State(state): State<Arc<AppState>>, body: Bytes) -> Response {
+pub async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+            )
+            .into_response()
+        }
+        Err(e) => {
+            return ApiError::new(ErrorCode::InvalidJson, format!("cannot read the body: {e}"))
+                .into_response()
+        }
+    };
     let validated = match parse(&body).and_then(|req| validate(&state, req)) {
         Ok(v) => v,
         Err(e) => return e.into_response(),

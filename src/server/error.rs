@@ -32,6 +32,7 @@ macro_rules! error_codes {
 
 error_codes! {
     InvalidJson => ("invalid_json", BAD_REQUEST, "invalid_request_error");
+    PayloadTooLarge => ("payload_too_large", PAYLOAD_TOO_LARGE, "invalid_request_error");
     InvalidField => ("invalid_value", BAD_REQUEST, "invalid_request_error");
     UnknownRoute => ("unknown_url", NOT_FOUND, "invalid_request_error");
     MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED, "invalid_request_error");

@@ -12,7 +12,7 @@ pub mod openai;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -91,7 +91,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/health", get(health))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
-        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route(
+            "/v1/chat/completions",
+            post(chat::chat_completions).layer(DefaultBodyLimit::max(chat::MAX_BODY_BYTES)),
+        )
         .fallback(|| async {
             ApiError::new(
                 ErrorCode::UnknownRoute,

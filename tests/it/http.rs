@@ -290,3 +290,12 @@ async fn unknown_routes_and_methods_are_json_errors() {
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(error_of(&body)["code"], "method_not_allowed");
 }
+
+#[tokio::test]
+async fn oversized_bodies_get_a_json_413() {
+    let question = "x".repeat(3 * 1024 * 1024);
+    let body = json!({"messages": [{"role": "user", "content": question}]}).to_string();
+    let (status, text) = send(state(Some(script())), "POST", "/v1/chat/completions", &body).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(error_of(&text)["code"], "payload_too_large");
+}

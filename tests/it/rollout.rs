@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use seeker::engine::scripted::ScriptedEngine;
-use seeker::engine::{ChatTurn, Role};
+use seeker::engine::{ChatTurn, EngineError, Role};
 use seeker::profile::{Profile, QuestionSearch};
 use seeker::rollout::{
     run, FinishReason, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
@@ -271,4 +271,26 @@ async fn dropping_the_receiver_cancels_the_rollout() {
         .expect("the rollout stops promptly")
         .unwrap();
     assert!(matches!(result, Err(RolloutError::Cancelled)), "{result:?}");
+}
+
+#[tokio::test]
+async fn documents_that_fill_the_context_end_the_answer_with_length() {
+    let long = "word ".repeat(500);
+    let backend = StaticBackend::with(&[("q", vec![doc("1", "Long", &long)])]);
+    let engine = ScriptedEngine::new([vec!["<search> q </search>"], vec!["<answer> x </answer>"]])
+        .with_context_limit(400);
+    let ctx = context(&engine, backend, profile("search-r1"));
+    let (result, _) = collect(&ctx, &request("q", 64)).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.finish_reason, FinishReason::Length);
+    assert_eq!(outcome.searches, 1);
+
+    // A prompt that does not fit at all is an error, not an empty answer.
+    let engine = ScriptedEngine::new([vec!["x"]]).with_context_limit(5);
+    let ctx = context(&engine, StaticBackend::with(&[]), profile("search-r1"));
+    let (result, _) = collect(&ctx, &request("q", 64)).await;
+    assert!(matches!(
+        result,
+        Err(RolloutError::Engine(EngineError::ContextLength { .. }))
+    ));
 }
