@@ -19,7 +19,7 @@ use std::time::Instant;
 use clap::Parser;
 use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
 use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
-use seeker::profile::Profile;
+use seeker::profile::{Profile, QueryOutcome};
 use seeker::search::bm25::Bm25Index;
 
 #[derive(Parser)]
@@ -70,7 +70,10 @@ async fn main() -> anyhow::Result<()> {
             content: profile.user_message(&args.question),
         }])
         .await?;
-    prompt.push_str(&profile.render_splice(&docs));
+    prompt.push_str(&profile.render_splice(&[(
+        args.question.as_str(),
+        QueryOutcome::Documents(&docs),
+    )]));
     std::fs::write(&args.prompt_out, &prompt)?;
     let ids = engine.tokenize(&prompt).await?;
     std::fs::write(

@@ -22,6 +22,7 @@
 pub mod config;
 pub mod engine;
 pub mod profile;
+pub mod pyjson;
 pub mod rollout;
 pub mod scanner;
 pub mod search;

@@ -1,18 +1,22 @@
 //! Policy profiles: one TOML file per search policy in `config/policies/`.
 //!
-//! A profile is data, not code: the prompt template, the tag strings, the
-//! document block the policy was trained on, and the rollout limits. The
-//! formats reproduced here are documented, with their sources, in
-//! `../shared/PROTOCOLS.md` and in each profile file.
+//! A profile is data, not code: how the prompt is built, the tag strings, how a
+//! query is cleaned and split, the document block the policy was trained on,
+//! what to splice when there is nothing to search or nothing found, and the
+//! rollout limits. The formats reproduced are documented, with their sources,
+//! in `../shared/PROTOCOLS.md` and in each profile file.
 //!
-//! Loading is strict: an unknown key, a missing key or a template that names an
-//! unknown field is an error naming the file and the key.
+//! Loading is strict: an unknown or missing key, a key that does not apply to
+//! the prompt format, or a template that names an unknown field is an error
+//! naming the file and the key.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::engine::{ChatTurn, Role};
+use crate::pyjson::{dumps_indent2, PyValue};
 use crate::scanner::TagSet;
 use crate::search::Document;
 use crate::template::{Template, TemplateError};
@@ -23,14 +27,21 @@ const PROMPT_FIELDS: &[&str] = &["question"];
 const BLOCK_FIELDS: &[&str] = &["docs"];
 /// Fields a per-document template may use: `i` is the 1-based rank.
 const DOCUMENT_FIELDS: &[&str] = &["i", "id", "title", "text", "url"];
+/// Fields of the failed-search text.
+const FAILED_FIELDS: &[&str] = &["reason"];
 
-/// How the instruction reaches the model.
+/// How the prompt reaches the model.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum PromptFormat {
-    /// One user message rendered through the checkpoint's chat template with the
-    /// generation prompt (Search-R1, RAG-R1).
+    /// `prompt.user` as the user message, through the checkpoint's chat template
+    /// with the generation prompt (Search-R1, RAG-R1).
     Chat,
+    /// `prompt.system` as the system message and `prompt.user` as the user
+    /// message, through the chat template (R1-Searcher's instruct checkpoint).
+    System,
+    /// `prompt.raw` as is, with no chat template (R1-Searcher's base checkpoint).
+    Raw,
 }
 
 /// Whether and where the question itself is searched and spliced before the
@@ -40,12 +51,12 @@ pub enum PromptFormat {
 pub enum QuestionSearch {
     /// No search before the model asks for one (trained policies).
     Off,
-    /// The document block right after the generation prompt, where the
-    /// results of a search call made by the model would go.
+    /// The document block right after the prompt, where the results of a
+    /// search call made by the model would go.
     Assistant,
     /// The document block, without its surrounding whitespace, then `\n`, at
-    /// the start of the user message, before the instruction: the layout small
-    /// untrained instruct models answer from best.
+    /// the start of the user message (of the raw prompt for `raw`), before the
+    /// instruction: the layout small untrained instruct models answer from best.
     User,
 }
 
@@ -61,13 +72,39 @@ pub enum AnswerFallback {
     AfterLastSplice,
 }
 
+/// How a round's documents are written into the block.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SpliceFormat {
+    /// Each query's documents through `splice.document`, joined by
+    /// `splice.separator`; several queries' texts joined by a newline.
+    Text,
+    /// `json.dumps({"query": [q1, ...], "documents": [d1, ...]}, indent=2)` with
+    /// each `d_j` the text of query j's documents (RAG-R1 multi-query).
+    Json,
+}
+
+/// What happens when the model calls a search after `max_searches`.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RoundCap {
+    /// The round after the cap is generated, but a search call in it is not
+    /// run: the rollout ends there (`finish_reason: length`) (Search-R1).
+    FinalRound,
+    /// No further round: the rollout ends at the cap.
+    Stop,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ProfileFile {
     name: String,
     description: String,
+    #[serde(default)]
+    unconfirmed: Option<String>,
     prompt: PromptSpec,
     tags: TagSpec,
+    query: QuerySpec,
     splice: SpliceSpec,
     rollout: RolloutSpec,
 }
@@ -76,7 +113,14 @@ struct ProfileFile {
 #[serde(deny_unknown_fields)]
 struct PromptSpec {
     format: PromptFormat,
-    user: String,
+    #[serde(default)]
+    system: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    raw: Option<String>,
+    #[serde(default)]
+    assistant_prefix: String,
     question_mark: bool,
 }
 
@@ -89,14 +133,35 @@ struct TagSpec {
     answer_close: String,
     #[serde(default)]
     documents_open: String,
+    #[serde(default)]
+    stop: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuerySpec {
+    #[serde(default)]
+    separator: String,
+    max_queries: usize,
+    max_chars: usize,
+    #[serde(default)]
+    remove: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SpliceSpec {
+    format: SpliceFormat,
     block: String,
     document: String,
+    #[serde(default)]
+    separator: String,
     strip_docs: bool,
+    no_documents: String,
+    failed: String,
+    no_query: String,
+    invalid_action: String,
+    strip_round: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,6 +169,7 @@ struct SpliceSpec {
 struct RolloutSpec {
     top_k: usize,
     max_searches: usize,
+    on_round_cap: RoundCap,
     search_question_first: QuestionSearch,
     answer_fallback: AnswerFallback,
 }
@@ -138,6 +204,33 @@ pub enum ProfileError {
     },
 }
 
+/// The prompt a profile builds, before the engine renders it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PromptText {
+    /// Messages for the model's chat template (with the generation prompt).
+    Chat(Vec<ChatTurn>),
+    /// Text used as is.
+    Raw(String),
+}
+
+/// A search call's raw content, cleaned into queries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CleanedQueries {
+    /// The queries to run, in order, none empty.
+    pub queries: Vec<String>,
+    /// What was changed, for the trace (truncation, the per-call cap).
+    pub notes: Vec<String>,
+}
+
+/// One query's outcome as the splice renders it.
+#[derive(Clone, Copy, Debug)]
+pub enum QueryOutcome<'a> {
+    /// Documents found, best first (may be empty).
+    Documents(&'a [Document]),
+    /// The search failed, with a short reason.
+    Failed(&'a str),
+}
+
 /// A validated policy profile.
 #[derive(Clone, Debug)]
 pub struct Profile {
@@ -145,10 +238,17 @@ pub struct Profile {
     pub name: String,
     /// One line for `/v1/models` and `seeker policies`.
     pub description: String,
+    /// Why parts of the profile are not confirmed by a published source, if so.
+    pub unconfirmed: Option<String>,
     /// Where the profile was loaded from.
     pub source: PathBuf,
     pub prompt_format: PromptFormat,
-    prompt_user: Template,
+    prompt_system: Option<Template>,
+    prompt_user: Option<Template>,
+    prompt_raw: Option<Template>,
+    /// Text after the rendered prompt, before the first generated token
+    /// (R1-Searcher's instruct checkpoint: `<think>`).
+    pub assistant_prefix: String,
     /// Append `?` to a question that does not end in one (Search-R1 does).
     pub question_mark: bool,
     pub query_open: String,
@@ -157,14 +257,37 @@ pub struct Profile {
     pub answer_close: String,
     /// A document-block opening tag the model must never write itself; empty if none.
     pub documents_open: String,
+    /// More strings that end generation, such as end-of-turn tokens written as
+    /// text (R1-Searcher stops at `<|im_end|>` and `<|endoftext|>`).
+    pub stop: Vec<String>,
+    /// Splits a search call into several queries; empty for one query per call.
+    pub query_separator: String,
+    /// Queries per call kept (the rest are dropped, visibly in the trace).
+    pub max_queries: usize,
+    /// Characters per query kept (the rest is cut, visibly in the trace).
+    pub max_query_chars: usize,
+    /// Substrings removed from queries (R1-Searcher removes `"`, `'` and `...`).
+    pub query_remove: Vec<String>,
+    pub splice_format: SpliceFormat,
     splice_block: Template,
     splice_document: Template,
+    splice_separator: String,
     strip_docs: bool,
+    no_documents: String,
+    failed: Template,
+    /// Spliced after a search call that held no usable query.
+    pub no_query: String,
+    /// Spliced after an invalid action (a closing tag without its opening tag,
+    /// or a document block the model wrote itself); empty ends the rollout.
+    pub invalid_action: String,
+    /// Strip the round's generated text before re-appending the closing tag
+    /// (R1-Searcher: `generated_text.strip() + "<|end_of_query|>"`).
+    pub strip_round: bool,
     /// Documents per query (Search-R1: 3).
     pub top_k: usize,
-    /// Search rounds the model may call before a final round without search
-    /// (Search-R1: 4).
+    /// Search calls the model may make (Search-R1: 4).
     pub max_searches: usize,
+    pub on_round_cap: RoundCap,
     /// Search the user's question and splice the results before the first
     /// token, and where: for models that never learned the search tags.
     pub search_question_first: QuestionSearch,
@@ -216,18 +339,67 @@ impl Profile {
                 return Err(invalid(key, "must not be empty"));
             }
         }
-        if raw.rollout.top_k == 0 {
-            return Err(invalid("rollout.top_k", "must be at least 1"));
-        }
         if raw.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
+        if raw.rollout.top_k == 0 {
+            return Err(invalid("rollout.top_k", "must be at least 1"));
+        }
+        if raw.query.max_queries == 0 {
+            return Err(invalid("query.max_queries", "must be at least 1"));
+        }
+        if raw.query.max_chars == 0 {
+            return Err(invalid("query.max_chars", "must be at least 1"));
+        }
+        if raw.tags.stop.iter().any(String::is_empty) {
+            return Err(invalid("tags.stop", "must not contain an empty string"));
+        }
+        let p = &raw.prompt;
+        let (needs, unused): (&[(&'static str, bool)], &[(&'static str, bool)]) = match p.format {
+            PromptFormat::Chat => (
+                &[("prompt.user", p.user.is_some())],
+                &[
+                    ("prompt.system", p.system.is_some()),
+                    ("prompt.raw", p.raw.is_some()),
+                ],
+            ),
+            PromptFormat::System => (
+                &[
+                    ("prompt.system", p.system.is_some()),
+                    ("prompt.user", p.user.is_some()),
+                ],
+                &[("prompt.raw", p.raw.is_some())],
+            ),
+            PromptFormat::Raw => (
+                &[("prompt.raw", p.raw.is_some())],
+                &[
+                    ("prompt.system", p.system.is_some()),
+                    ("prompt.user", p.user.is_some()),
+                ],
+            ),
+        };
+        if let Some((key, _)) = needs.iter().find(|(_, present)| !present) {
+            return Err(invalid(key, "is required by this prompt format"));
+        }
+        if let Some((key, _)) = unused.iter().find(|(_, present)| *present) {
+            return Err(invalid(key, "is not used by this prompt format; remove it"));
+        }
+        let optional = |key: &'static str, src: &Option<String>| {
+            src.as_deref()
+                .map(|s| template(key, s, PROMPT_FIELDS))
+                .transpose()
+        };
         Ok(Self {
-            prompt_user: template("prompt.user", &raw.prompt.user, PROMPT_FIELDS)?,
+            prompt_system: optional("prompt.system", &p.system)?,
+            prompt_user: optional("prompt.user", &p.user)?,
+            prompt_raw: optional("prompt.raw", &p.raw)?,
             splice_block: template("splice.block", &raw.splice.block, BLOCK_FIELDS)?,
             splice_document: template("splice.document", &raw.splice.document, DOCUMENT_FIELDS)?,
+            failed: template("splice.failed", &raw.splice.failed, FAILED_FIELDS)?,
+            assistant_prefix: raw.prompt.assistant_prefix,
             name: raw.name,
             description: raw.description,
+            unconfirmed: raw.unconfirmed,
             source: file,
             prompt_format: raw.prompt.format,
             question_mark: raw.prompt.question_mark,
@@ -236,9 +408,21 @@ impl Profile {
             answer_open: raw.tags.answer_open,
             answer_close: raw.tags.answer_close,
             documents_open: raw.tags.documents_open,
+            stop: raw.tags.stop,
+            query_separator: raw.query.separator,
+            max_queries: raw.query.max_queries,
+            max_query_chars: raw.query.max_chars,
+            query_remove: raw.query.remove,
+            splice_format: raw.splice.format,
+            splice_separator: raw.splice.separator,
             strip_docs: raw.splice.strip_docs,
+            no_documents: raw.splice.no_documents,
+            no_query: raw.splice.no_query,
+            invalid_action: raw.splice.invalid_action,
+            strip_round: raw.splice.strip_round,
             top_k: raw.rollout.top_k,
             max_searches: raw.rollout.max_searches,
+            on_round_cap: raw.rollout.on_round_cap,
             search_question_first: raw.rollout.search_question_first,
             answer_fallback: raw.rollout.answer_fallback,
         })
@@ -283,10 +467,60 @@ impl Profile {
         q
     }
 
-    /// The user message for `question` (normalised first).
+    /// The user message for `question` (normalised first); for `raw` profiles,
+    /// the whole raw prompt.
     pub fn user_message(&self, question: &str) -> String {
         let q = self.normalize_question(question);
-        self.prompt_user.render(&[("question", &q)])
+        self.prompt_user
+            .as_ref()
+            .or(self.prompt_raw.as_ref())
+            .map(|t| t.render(&[("question", &q)]))
+            .unwrap_or_default()
+    }
+
+    /// The prompt for the conversation `history`, whose turn `question_at` (a
+    /// user turn) holds the question. `documents_first` is placed before the
+    /// instruction (see [`QuestionSearch::User`]).
+    ///
+    /// `chat`: the history up to the question, the question turn replaced by the
+    /// instruction. `system`: the profile's system message, then the history's
+    /// non-system turns likewise. `raw`: the raw prompt alone.
+    pub fn prompt(
+        &self,
+        history: &[ChatTurn],
+        question_at: usize,
+        documents_first: Option<&str>,
+    ) -> PromptText {
+        let question = &history[question_at].content;
+        let mut instruction = documents_first.unwrap_or("").to_string();
+        instruction.push_str(&self.user_message(question));
+        match self.prompt_format {
+            PromptFormat::Raw => PromptText::Raw(instruction),
+            PromptFormat::Chat | PromptFormat::System => {
+                let mut turns = Vec::with_capacity(question_at + 2);
+                if let Some(system) = &self.prompt_system {
+                    turns.push(ChatTurn {
+                        role: Role::System,
+                        content: system.render(&[("question", &self.normalize_question(question))]),
+                    });
+                }
+                for (i, turn) in history[..=question_at].iter().enumerate() {
+                    if self.prompt_system.is_some() && turn.role == Role::System {
+                        continue;
+                    }
+                    let content = if i == question_at {
+                        instruction.clone()
+                    } else {
+                        turn.content.clone()
+                    };
+                    turns.push(ChatTurn {
+                        role: turn.role,
+                        content,
+                    });
+                }
+                PromptText::Chat(turns)
+            }
+        }
     }
 
     /// The tags the scanner watches for.
@@ -300,19 +534,75 @@ impl Profile {
         )
     }
 
-    /// Strings at which the engine should stop: the closing tags (the scanner
-    /// still cuts exactly, since the engine stops one token late).
+    /// Strings at which the engine should stop: the closing tags and the
+    /// profile's extra stops (the scanner still cuts exactly, since the engine
+    /// stops one token late).
     pub fn stop_strings(&self) -> Vec<String> {
-        vec![self.query_close.clone(), self.answer_close.clone()]
+        let mut stops = vec![self.query_close.clone(), self.answer_close.clone()];
+        stops.extend(self.stop.iter().cloned());
+        stops
     }
 
-    /// The text spliced after a search call for `docs` (ranked best first),
-    /// byte for byte in the policy's trained format: each document through
-    /// `splice.document` with `i` = 1..k, concatenated, stripped of surrounding
-    /// whitespace when `strip_docs`, then placed in `splice.block` as `{docs}`.
-    pub fn render_splice(&self, docs: &[Document]) -> String {
+    /// Cleans a search call's raw content into queries: split on the separator
+    /// (if any), the profile's `remove` substrings deleted, every run of
+    /// whitespace (newlines, tabs, CRLF) made one space, stripped; empty queries
+    /// dropped; each cut to `max_query_chars` characters; at most `max_queries`
+    /// kept. Truncation and the cap are reported in `notes`.
+    pub fn clean_queries(&self, raw: &str) -> CleanedQueries {
+        let parts: Vec<&str> = if self.query_separator.is_empty() {
+            vec![raw]
+        } else {
+            raw.split(self.query_separator.as_str()).collect()
+        };
+        let mut out = CleanedQueries::default();
+        for part in parts {
+            let mut q = part.to_string();
+            for r in &self.query_remove {
+                if !r.is_empty() {
+                    q = q.replace(r.as_str(), "");
+                }
+            }
+            let mut q = q.split_whitespace().collect::<Vec<_>>().join(" ");
+            if q.is_empty() {
+                continue;
+            }
+            if let Some((cut, _)) = q.char_indices().nth(self.max_query_chars) {
+                q.truncate(cut);
+                let q_trimmed = q.trim_end().to_string();
+                out.notes.push(format!(
+                    "query truncated to {} characters: {q_trimmed:?}",
+                    self.max_query_chars
+                ));
+                q = q_trimmed;
+            }
+            out.queries.push(q);
+        }
+        if out.queries.len() > self.max_queries {
+            out.notes.push(format!(
+                "kept the first {} of {} queries (the per-call cap); dropped {:?}",
+                self.max_queries,
+                out.queries.len(),
+                &out.queries[self.max_queries..]
+            ));
+            out.queries.truncate(self.max_queries);
+        }
+        out
+    }
+
+    /// The text of one query's documents: each through `splice.document` with
+    /// `i` = 1..k, joined by `splice.separator`, stripped when `strip_docs`;
+    /// `no_documents` when there are none; the `failed` text on failure.
+    fn docs_text(&self, outcome: QueryOutcome<'_>) -> String {
+        let docs = match outcome {
+            QueryOutcome::Failed(reason) => return self.failed.render(&[("reason", reason)]),
+            QueryOutcome::Documents([]) => return self.no_documents.clone(),
+            QueryOutcome::Documents(docs) => docs,
+        };
         let mut joined = String::new();
         for (i, doc) in docs.iter().enumerate() {
+            if i > 0 {
+                joined.push_str(&self.splice_separator);
+            }
             let rank = (i + 1).to_string();
             self.splice_document
                 .render_into(&mut joined, |field, out| match field {
@@ -324,12 +614,54 @@ impl Profile {
                     _ => {}
                 });
         }
-        let docs_text = if self.strip_docs {
-            joined.trim()
+        if self.strip_docs {
+            joined.trim().to_string()
         } else {
-            &joined
+            joined
+        }
+    }
+
+    /// The text spliced after a search call for its queries' outcomes, byte
+    /// for byte in the policy's trained format (`splice.block` with `{docs}`).
+    pub fn render_splice(&self, results: &[(&str, QueryOutcome<'_>)]) -> String {
+        let docs = match self.splice_format {
+            SpliceFormat::Text => results
+                .iter()
+                .map(|(_, outcome)| self.docs_text(*outcome))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            SpliceFormat::Json => dumps_indent2(&PyValue::Object(vec![
+                (
+                    "query".into(),
+                    PyValue::List(
+                        results
+                            .iter()
+                            .map(|(q, _)| PyValue::Str((*q).to_string()))
+                            .collect(),
+                    ),
+                ),
+                (
+                    "documents".into(),
+                    PyValue::List(
+                        results
+                            .iter()
+                            .map(|(_, outcome)| PyValue::Str(self.docs_text(*outcome)))
+                            .collect(),
+                    ),
+                ),
+            ])),
         };
-        self.splice_block.render(&[("docs", docs_text)])
+        self.splice_block.render(&[("docs", &docs)])
+    }
+
+    /// The round's generated text as the transcript keeps it: `kept` ends with
+    /// the closing tag; with `strip_round` the text before the tag is stripped.
+    pub fn round_text(&self, kept: &str, closing_tag: &str) -> String {
+        if !self.strip_round {
+            return kept.to_string();
+        }
+        let body = kept.strip_suffix(closing_tag).unwrap_or(kept);
+        format!("{}{closing_tag}", body.trim())
     }
 
     /// The answer in `generated` text: the content of the LAST complete
@@ -358,27 +690,14 @@ impl Profile {
 mod tests {
     use super::*;
 
-    fn search_r1() -> Profile {
-        Profile::load(Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/config/policies/search-r1.toml"
-        )))
-        .expect("search-r1 profile loads")
-    }
-
-    fn doc(title: &str, text: &str) -> Document {
-        Document {
-            id: "0".into(),
-            title: title.into(),
-            text: text.into(),
-            url: None,
-            score: 1.0,
-        }
+    fn load(name: &str) -> Profile {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
+        Profile::load_dir(dir).expect("profiles load")[name].clone()
     }
 
     #[test]
     fn search_r1_prompt_matches_the_paper_text() {
-        let p = search_r1();
+        let p = load("search-r1");
         assert_eq!(
             p.user_message("  who painted the Mona Lisa "),
             "Answer the given question. You must conduct reasoning inside <think> and </think> \
@@ -394,33 +713,8 @@ mod tests {
     }
 
     #[test]
-    fn search_r1_splice_is_byte_exact() {
-        // ../shared/PROTOCOLS.md §1: "\n\n<information>{docs}</information>\n\n",
-        // each document `Doc {i}(Title: {title}) {text}\n`, the whole stripped; the
-        // title keeps the double quotes of the original corpus's first line.
-        let p = search_r1();
-        let spliced = p.render_splice(&[
-            doc(
-                "Evan Morris",
-                "Evan L. Morris (January 26, 1977 - July 9, 2015) was a lobbyist.",
-            ),
-            doc(
-                "Mona Lisa",
-                "The Mona Lisa is a portrait\nby Leonardo da Vinci.",
-            ),
-        ]);
-        assert_eq!(
-            spliced,
-            "\n\n<information>Doc 1(Title: \"Evan Morris\") Evan L. Morris (January 26, 1977 - \
-             July 9, 2015) was a lobbyist.\nDoc 2(Title: \"Mona Lisa\") The Mona Lisa is a \
-             portrait\nby Leonardo da Vinci.</information>\n\n"
-        );
-        assert_eq!(p.render_splice(&[]), "\n\n<information></information>\n\n");
-    }
-
-    #[test]
     fn answer_extraction_ignores_the_prompt_example() {
-        let p = search_r1();
+        let p = load("search-r1");
         let prompt = p.user_message("Who painted the Mona Lisa");
         assert!(prompt.contains("<answer> Beijing </answer>"));
         // The model never answered: nothing, although the prompt has an example.
@@ -441,8 +735,32 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_and_fields_are_rejected_with_file_and_key() {
-        let good = std::fs::read_to_string(&search_r1().source).unwrap();
+    fn queries_are_cleaned_split_capped_and_truncated_visibly() {
+        let mq = load("rag-r1-mq");
+        let cleaned = mq.clean_queries(" a ,, b\n\tc ,  , d, e ");
+        assert_eq!(cleaned.queries, ["a", "b c", "d"]);
+        assert_eq!(cleaned.notes.len(), 1);
+        assert!(
+            cleaned.notes[0].contains("first 3 of 4"),
+            "{:?}",
+            cleaned.notes
+        );
+
+        let r1 = load("r1-searcher");
+        let cleaned = r1.clean_queries(" \"Mona\" 'Lisa'... painter\r\n");
+        assert_eq!(cleaned.queries, ["Mona Lisa painter"]);
+
+        let s = load("search-r1");
+        assert!(s.clean_queries(" \n\t ").queries.is_empty());
+        let long = "é".repeat(600);
+        let cleaned = s.clean_queries(&long);
+        assert_eq!(cleaned.queries[0].chars().count(), 512);
+        assert!(cleaned.notes[0].contains("truncated to 512"));
+    }
+
+    #[test]
+    fn unknown_keys_fields_and_misplaced_prompt_keys_are_rejected_with_file_and_key() {
+        let good = std::fs::read_to_string(&load("search-r1").source).unwrap();
         let path = Path::new("config/policies/broken.toml");
         let err = Profile::parse(&good.replace("top_k = 3", "top_k = 3\ntopk = 5"), path)
             .unwrap_err()
@@ -455,13 +773,37 @@ mod tests {
             err.contains("broken.toml") && err.contains("splice.document") && err.contains("titel"),
             "{err}"
         );
+        let err = Profile::parse(&good.replace("format = \"chat\"", "format = \"raw\""), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("prompt.raw") && err.contains("required"),
+            "{err}"
+        );
+        let err = Profile::parse(&good.replace("{reason}", "{why}"), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("splice.failed") && err.contains("why"),
+            "{err}"
+        );
     }
 
     #[test]
     fn shipped_profiles_all_load() {
         let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
         let profiles = Profile::load_dir(dir).unwrap();
-        assert!(profiles.contains_key("search-r1"));
+        for name in [
+            "search-r1",
+            "search-r1-prefetch",
+            "rag-r1-sq",
+            "rag-r1-mq",
+            "r1-searcher",
+            "r1-searcher-instruct",
+            "r1-searcher-plus",
+        ] {
+            assert!(profiles.contains_key(name), "{name} missing");
+        }
         assert_eq!(
             profiles["search-r1-prefetch"].search_question_first,
             QuestionSearch::User
@@ -470,5 +812,7 @@ mod tests {
             profiles["search-r1"].search_question_first,
             QuestionSearch::Off
         );
+        assert!(profiles["r1-searcher-plus"].unconfirmed.is_some());
+        assert!(profiles["search-r1"].unconfirmed.is_none());
     }
 }

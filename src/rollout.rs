@@ -1,35 +1,43 @@
 //! The search loop: one request's rollout, round by round.
 //!
 //! generate → scan → search → splice → continue, within the profile's limits:
-//! 1. The prompt is the client's conversation with the last user message
-//!    replaced by the profile's instruction for that question, rendered through
-//!    the model's chat template. With `search_question_first` the question is
-//!    searched before the first token and its documents spliced after the
-//!    generation prompt or at the start of the user message.
+//! 1. The prompt is built by the profile ([`Profile::prompt`]) and rendered
+//!    through the model's chat template (or used raw), then the profile's
+//!    assistant prefix. With `search_question_first` the question is searched
+//!    first and its documents spliced after the prompt or into the user message.
+//!    With `continue_final_message` the client's last assistant message is
+//!    continued: it is scanned like generated text, so one that ends with a
+//!    closing search tag is searched before any token is generated.
 //! 2. Each round the engine continues the whole transcript. The
 //!    [`TagScanner`] ends the round at the first closing tag; the text after it
 //!    is discarded and the engine is cancelled.
-//! 3. A closed search call is searched (top-k from the profile) and the
-//!    documents are spliced right after the closing tag in the profile's format.
-//!    After `max_searches` searches, one final round runs in which a search call
-//!    is not executed.
+//! 3. A search call is cleaned into queries ([`Profile::clean_queries`]); all
+//!    of them are searched at once (identical queries within a request come
+//!    from the request's cache) and the documents are spliced right after the
+//!    closing tag in the profile's format. A call without a usable query, or an
+//!    invalid action, splices the profile's text for that case (or ends the
+//!    rollout when the profile has none). After `max_searches` calls the
+//!    profile's round cap applies.
 //! 4. The answer is the closed answer tag's content (stripped); an answer tag
 //!    left open at EOS or at the budget counts as far as it got; otherwise the
 //!    profile's fallback applies.
 //!
-//! Events go out on a channel as they happen: reasoning (everything the model
-//! sees besides the answer: its own text, its search calls and the spliced
-//! documents, byte for byte) and answer deltas. When the receiver is dropped the
-//! rollout stops, which drops the engine stream and cancels generation.
+//! Events go out on a channel as they happen: reasoning (everything after the
+//! prompt besides the answer: the model's text, its search calls and the
+//! spliced documents, byte for byte), search calls, their results, and answer
+//! deltas. When the receiver is dropped the rollout stops, which drops the
+//! engine stream and cancels generation.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::engine::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, GenerationParams, Role,
 };
-use crate::profile::{AnswerFallback, Profile, QuestionSearch};
+use crate::profile::{AnswerFallback, Profile, PromptText, QueryOutcome, QuestionSearch, RoundCap};
 use crate::scanner::{Region, RoundEnd, ScanEvent, TagScanner};
 use crate::search::{Document, SearchBackend};
 
@@ -51,6 +59,9 @@ pub struct RolloutRequest {
     /// `None` or 0: greedy.
     pub temperature: Option<f64>,
     pub top_p: Option<f64>,
+    /// Continue the last message, an assistant message, instead of starting a
+    /// new turn (vLLM's `continue_final_message`).
+    pub continue_final_message: bool,
 }
 
 /// Something that happened during a rollout, in order.
@@ -59,22 +70,22 @@ pub enum RolloutEvent {
     /// Trace text: the model's reasoning, its search calls and the spliced
     /// documents, exactly as they enter the transcript.
     Reasoning(String),
-    /// A search round starts. `round` counts from 1; 0 is the search of the
-    /// question before the first token.
-    Search { round: usize, queries: Vec<String> },
-    /// Documents for one query of a round (empty on failure, with `error`).
-    Results {
+    /// A search call: the cleaned queries and what cleaning changed. `round`
+    /// counts generation rounds from 1; 0 is the search of the question before
+    /// the first token.
+    Search {
         round: usize,
-        query: String,
-        documents: Vec<Document>,
-        error: Option<String>,
+        queries: Vec<String>,
+        notes: Vec<String>,
     },
+    /// Documents for one query (empty on failure, with `error`).
+    Results(QueryRecord),
     /// The next piece of the answer.
     Answer(String),
 }
 
 /// Why the rollout ended, in OpenAI's terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
     /// The policy answered (or stopped by itself).
@@ -94,6 +105,57 @@ pub struct RolloutUsage {
     pub completion_tokens: usize,
 }
 
+/// One query of a search call and what it returned.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueryRecord {
+    /// Generation round (0: the question search).
+    pub round: usize,
+    pub query: String,
+    /// Backend that answered.
+    pub backend: String,
+    pub documents: Vec<Document>,
+    /// Why the search failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Answered from this request's cache (the same query was searched before).
+    pub cached: bool,
+}
+
+/// How a round ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RoundOutcome {
+    /// A search call (run, or not run past the round cap).
+    Search,
+    /// A search call with no usable query.
+    NoQuery,
+    /// The answer tag closed.
+    Answer,
+    /// A closing tag without its opening tag, or a model-written document block.
+    InvalidAction,
+    /// End of sequence without a closing tag.
+    Eos,
+    /// The token budget or the context ran out.
+    Length,
+}
+
+/// One generation round, for `return_transcript`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoundRecord {
+    /// From 1; 0 is the question search before the first token.
+    pub round: usize,
+    pub outcome: RoundOutcome,
+    /// Cleaned queries of the round's search call.
+    pub queries: Vec<String>,
+    /// What cleaning changed (truncation, the per-call cap).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+    /// Per query, in order.
+    pub results: Vec<QueryRecord>,
+    /// Tokens the engine generated this round.
+    pub tokens_generated: usize,
+}
+
 /// The result of a finished rollout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RolloutOutcome {
@@ -101,12 +163,17 @@ pub struct RolloutOutcome {
     pub answer: String,
     pub finish_reason: FinishReason,
     pub usage: RolloutUsage,
-    /// Search rounds run by the model (the question search is not counted).
+    /// Search calls that ran at least one query (the question search is not counted).
     pub searches: usize,
     /// Every document spliced, in order.
     pub documents: Vec<Document>,
-    /// The full transcript the model saw at the end (prompt, rounds, splices).
+    /// The rendered prompt, assistant prefix included.
+    pub prompt: String,
+    /// The text after the prompt that the model saw: the continued message,
+    /// every round's kept text and every splice.
     pub transcript: String,
+    /// Every round, the question search first when there is one.
+    pub rounds: Vec<RoundRecord>,
 }
 
 /// Why a rollout could not finish.
@@ -114,6 +181,8 @@ pub struct RolloutOutcome {
 pub enum RolloutError {
     #[error("the request has no user message to answer")]
     NoQuestion,
+    #[error("continue_final_message needs the last message to be an assistant message")]
+    NothingToContinue,
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The event receiver was dropped (the client left).
@@ -157,8 +226,9 @@ impl AnswerStripper {
 ///
 /// # Errors
 /// [`RolloutError::NoQuestion`] without a user message,
-/// [`RolloutError::Engine`] on engine failure, [`RolloutError::Cancelled`]
-/// when `events` is closed.
+/// [`RolloutError::NothingToContinue`] when asked to continue a message that
+/// is not the assistant's, [`RolloutError::Engine`] on engine failure,
+/// [`RolloutError::Cancelled`] when `events` is closed.
 pub async fn run(
     ctx: &RolloutContext,
     request: &RolloutRequest,
@@ -171,11 +241,21 @@ struct Rollout<'a> {
     ctx: &'a RolloutContext,
     request: &'a RolloutRequest,
     events: &'a mpsc::Sender<RolloutEvent>,
+    /// Prompt and everything after it: what the next round continues.
     transcript: String,
+    /// Byte length of the prompt within `transcript`.
+    prompt_len: usize,
     usage: RolloutUsage,
     /// Tokens generated before the current round (now part of its prompt).
-    generated_in_transcript: usize,
+    generated_before_round: usize,
     documents: Vec<Document>,
+    rounds: Vec<RoundRecord>,
+    /// Search calls and invalid actions so far: what the round cap counts.
+    calls: usize,
+    /// Search calls that ran a query.
+    searches: usize,
+    /// This request's cache: cleaned query → its documents or failure.
+    cache: HashMap<String, Result<Vec<Document>, String>>,
     /// Reasoning-region text generated since the last splice (the fallback answer).
     since_splice: String,
     answer: AnswerStripper,
@@ -194,9 +274,14 @@ impl<'a> Rollout<'a> {
             request,
             events,
             transcript: String::new(),
+            prompt_len: 0,
             usage: RolloutUsage::default(),
-            generated_in_transcript: 0,
+            generated_before_round: 0,
             documents: Vec::new(),
+            rounds: Vec::new(),
+            calls: 0,
+            searches: 0,
+            cache: HashMap::new(),
             since_splice: String::new(),
             answer: AnswerStripper::default(),
             answer_open: false,
@@ -210,125 +295,221 @@ impl<'a> Rollout<'a> {
             .map_err(|_| RolloutError::Cancelled)
     }
 
-    async fn run(mut self) -> Result<RolloutOutcome, RolloutError> {
+    /// Builds the prompt (running the question search if the profile asks for
+    /// one); returns the assistant text to continue, if any.
+    async fn start(&mut self) -> Result<Option<String>, RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
-        let question_at = self
-            .request
-            .messages
+        let messages = &self.request.messages;
+        let continuation = if self.request.continue_final_message {
+            match messages.last() {
+                Some(m) if m.role == Role::Assistant => Some(m.content.clone()),
+                _ => return Err(RolloutError::NothingToContinue),
+            }
+        } else {
+            None
+        };
+        let question_at = messages
             .iter()
             .rposition(|m| m.role == Role::User && !m.content.trim().is_empty())
             .ok_or(RolloutError::NoQuestion)?;
-        let question = self.request.messages[question_at].content.clone();
-        let mut messages = self.request.messages[..=question_at].to_vec();
-        messages[question_at].content = profile.user_message(&question);
+        let question = profile.normalize_question(&messages[question_at].content);
+
+        let mut documents_first = None;
+        let mut after_prompt = None;
         match profile.search_question_first {
-            QuestionSearch::Off => {
-                self.transcript = self.ctx.engine.render_chat(&messages).await?;
-            }
+            QuestionSearch::Off => {}
             QuestionSearch::Assistant => {
-                self.transcript = self.ctx.engine.render_chat(&messages).await?;
-                let query = profile.normalize_question(&question);
-                let splice = self.search(0, query).await?;
-                self.splice(splice).await?;
+                after_prompt = Some(self.search(0, vec![question], Vec::new()).await?);
             }
             QuestionSearch::User => {
-                let query = profile.normalize_question(&question);
-                let splice = self.search(0, query).await?;
+                let splice = self.search(0, vec![question], Vec::new()).await?;
                 let block = format!("{}\n", splice.trim());
-                messages[question_at].content.insert_str(0, &block);
-                self.transcript = self.ctx.engine.render_chat(&messages).await?;
-                self.emit(RolloutEvent::Reasoning(block)).await?;
+                self.emit(RolloutEvent::Reasoning(block.clone())).await?;
+                documents_first = Some(block);
             }
         }
+        let mut prompt = match profile.prompt(messages, question_at, documents_first.as_deref()) {
+            PromptText::Chat(turns) => self.ctx.engine.render_chat(&turns).await?,
+            PromptText::Raw(text) => text,
+        };
+        prompt.push_str(&profile.assistant_prefix);
+        self.prompt_len = prompt.len();
+        self.transcript = prompt;
+        if let Some(splice) = after_prompt {
+            self.splice(splice).await?;
+        }
+        Ok(continuation)
+    }
 
+    async fn run(mut self) -> Result<RolloutOutcome, RolloutError> {
+        let profile = Arc::clone(&self.ctx.profile);
+        let mut continuation = self.start().await?;
         let mut scanner = TagScanner::new(profile.tag_set());
-        let mut searches = 0;
         let mut scanned = Vec::new();
         loop {
-            let remaining = self
-                .request
-                .max_tokens
-                .saturating_sub(self.usage.completion_tokens);
-            if remaining == 0 {
-                return self.finish(FinishReason::Length, searches).await;
-            }
-            let params = GenerationParams {
-                max_tokens: remaining,
-                temperature: self.request.temperature,
-                top_p: self.request.top_p,
-                stop: profile.stop_strings(),
-            };
-            let mut generation = match self.ctx.engine.generate(&self.transcript, &params).await {
-                Ok(g) => g,
-                // Spliced documents filled the context: the answer ends here, as
-                // at the token budget. A prompt too long to start is an error.
-                Err(EngineError::ContextLength { .. }) if self.usage.completion_tokens > 0 => {
-                    return self.finish(FinishReason::Length, searches).await;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            self.usage.prompt_tokens = generation
-                .prompt_tokens
-                .saturating_sub(self.generated_in_transcript);
+            let round_number = self.rounds.iter().filter(|r| r.round > 0).count() + 1;
             scanner.reset();
             self.answer_open = false;
+            let mut round_tokens = 0;
+            let mut end = None;
             let mut engine_finish = None;
-            while !scanner.is_done() {
-                match generation.events.recv().await {
-                    Some(Ok(EngineEvent::Text { text, tokens })) => {
-                        self.usage.completion_tokens += tokens;
-                        scanner.push(&text, &mut scanned);
-                    }
-                    Some(Ok(EngineEvent::Done(finish))) => {
-                        scanner.finish(&mut scanned);
-                        engine_finish = Some(finish);
-                    }
-                    Some(Err(e)) => return Err(e.into()),
-                    None => {
-                        return Err(EngineError::Internal(
-                            "generation ended without finishing".into(),
-                        )
-                        .into())
-                    }
-                }
-                let mut round_end = None;
-                for event in scanned.drain(..) {
-                    if let Some(end) = self.on_scan_event(event).await? {
-                        round_end = Some(end);
-                    }
-                }
-                if let Some(end) = round_end {
-                    // Cancel the engine: nothing after the closing tag is kept.
-                    drop(generation);
+
+            // The client's assistant message is scanned as if generated.
+            if let Some(text) = continuation.take() {
+                scanner.push(&text, &mut scanned);
+                end = self.on_scan_events(&mut scanned).await?;
+            }
+            if end.is_none() {
+                let remaining = self
+                    .request
+                    .max_tokens
+                    .saturating_sub(self.usage.completion_tokens);
+                if remaining == 0 {
+                    scanner.finish(&mut scanned);
+                    self.on_scan_events(&mut scanned).await?;
                     self.transcript.push_str(scanner.kept_text());
-                    self.generated_in_transcript = self.usage.completion_tokens;
-                    match end {
-                        RoundEnd::Query(query)
-                            if searches < profile.max_searches && !self.answer.started =>
-                        {
-                            searches += 1;
-                            let query = query.trim().to_string();
-                            let splice = self.search(searches, query).await?;
-                            self.splice(splice).await?;
-                            break;
+                    self.record(round_number, RoundOutcome::Length, round_tokens);
+                    return self.finish(FinishReason::Length).await;
+                }
+                let params = GenerationParams {
+                    max_tokens: remaining,
+                    temperature: self.request.temperature,
+                    top_p: self.request.top_p,
+                    stop: profile.stop_strings(),
+                };
+                let prompt = format!("{}{}", self.transcript, scanner.kept_text());
+                let mut generation = match self.ctx.engine.generate(&prompt, &params).await {
+                    Ok(g) => g,
+                    // Spliced documents filled the context: the answer ends here, as
+                    // at the token budget. A prompt too long to start is an error.
+                    Err(EngineError::ContextLength { .. }) if self.usage.completion_tokens > 0 => {
+                        self.transcript.push_str(scanner.kept_text());
+                        self.record(round_number, RoundOutcome::Length, 0);
+                        return self.finish(FinishReason::Length).await;
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                self.usage.prompt_tokens = generation
+                    .prompt_tokens
+                    .saturating_sub(self.generated_before_round);
+                while end.is_none() && engine_finish.is_none() {
+                    match generation.events.recv().await {
+                        Some(Ok(EngineEvent::Text { text, tokens })) => {
+                            self.usage.completion_tokens += tokens;
+                            round_tokens += tokens;
+                            scanner.push(&text, &mut scanned);
                         }
-                        // The round cap: the final round's search is not run.
-                        RoundEnd::Query(_) if !self.answer.started => {
-                            return self.finish(FinishReason::Length, searches).await;
+                        Some(Ok(EngineEvent::Done(finish))) => {
+                            scanner.finish(&mut scanned);
+                            engine_finish = Some(finish);
                         }
-                        _ => return self.finish(FinishReason::Stop, searches).await,
+                        Some(Err(e)) => return Err(e.into()),
+                        None => {
+                            return Err(EngineError::Internal(
+                                "generation ended without finishing".into(),
+                            )
+                            .into())
+                        }
+                    }
+                    end = self.on_scan_events(&mut scanned).await?;
+                }
+                // Cancels the engine: nothing after the closing tag is kept.
+                drop(generation);
+                self.generated_before_round = self.usage.completion_tokens;
+            }
+
+            let kept = scanner.kept_text().to_string();
+            match end {
+                Some(RoundEnd::Query(raw)) if !self.answer.started => {
+                    self.transcript
+                        .push_str(&profile.round_text(&kept, &profile.query_close));
+                    if self.calls >= profile.max_searches {
+                        // The round cap: this final round's search call is not run.
+                        self.record(round_number, RoundOutcome::Search, round_tokens);
+                        return self.finish(FinishReason::Length).await;
+                    }
+                    self.calls += 1;
+                    let cleaned = profile.clean_queries(&raw);
+                    if cleaned.queries.is_empty() {
+                        self.record(round_number, RoundOutcome::NoQuery, round_tokens);
+                        if profile.no_query.is_empty() {
+                            return self.finish(FinishReason::Stop).await;
+                        }
+                        self.splice(profile.no_query.clone()).await?;
+                    } else {
+                        let splice = self
+                            .search(round_number, cleaned.queries, cleaned.notes)
+                            .await?;
+                        self.searches += 1;
+                        if let Some(last) = self.rounds.last_mut() {
+                            last.tokens_generated = round_tokens;
+                        }
+                        self.splice(splice).await?;
+                    }
+                    if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop
+                    {
+                        return self.finish(FinishReason::Length).await;
                     }
                 }
-                if let Some(finish) = engine_finish {
-                    self.transcript.push_str(scanner.kept_text());
-                    let reason = match finish {
-                        EngineFinish::Stop => FinishReason::Stop,
-                        EngineFinish::Length => FinishReason::Length,
+                Some(RoundEnd::Answer(_)) | Some(RoundEnd::Query(_)) => {
+                    // An answer, or a search call after answer text was already
+                    // streamed: the answer stands.
+                    self.transcript.push_str(&kept);
+                    self.record(round_number, RoundOutcome::Answer, round_tokens);
+                    return self.finish(FinishReason::Stop).await;
+                }
+                Some(RoundEnd::Unmatched(_)) | Some(RoundEnd::DocumentsOpened) => {
+                    self.transcript.push_str(&kept);
+                    self.record(round_number, RoundOutcome::InvalidAction, round_tokens);
+                    if profile.invalid_action.is_empty()
+                        || self.answer.started
+                        || self.calls >= profile.max_searches
+                    {
+                        return self.finish(FinishReason::Stop).await;
+                    }
+                    self.calls += 1;
+                    self.splice(profile.invalid_action.clone()).await?;
+                }
+                None => {
+                    self.transcript.push_str(&kept);
+                    let (outcome, reason) = match engine_finish {
+                        Some(EngineFinish::Length) => (RoundOutcome::Length, FinishReason::Length),
+                        _ => (RoundOutcome::Eos, FinishReason::Stop),
                     };
-                    return self.finish(reason, searches).await;
+                    self.record(round_number, outcome, round_tokens);
+                    return self.finish(reason).await;
                 }
             }
         }
+    }
+
+    /// Adds a record for a round that ran no search.
+    fn record(&mut self, round: usize, outcome: RoundOutcome, tokens_generated: usize) {
+        self.rounds.push(RoundRecord {
+            round,
+            outcome,
+            queries: Vec::new(),
+            notes: Vec::new(),
+            results: Vec::new(),
+            tokens_generated,
+        });
+    }
+
+    /// Renders scanner events; returns the round's end, if it came.
+    async fn on_scan_events(
+        &mut self,
+        scanned: &mut Vec<ScanEvent>,
+    ) -> Result<Option<RoundEnd>, RolloutError> {
+        let mut round_end = None;
+        // Taken out and put back, so the buffer is reused token after token.
+        let mut events = std::mem::take(scanned);
+        for event in events.drain(..) {
+            if let Some(end) = self.on_scan_event(event).await? {
+                round_end = Some(end);
+            }
+        }
+        *scanned = events;
+        Ok(round_end)
     }
 
     /// Renders one scanner event; returns the round's end, if this is it.
@@ -370,37 +551,97 @@ impl<'a> Rollout<'a> {
         Ok(None)
     }
 
-    /// Searches `query`, reports the call and its documents, and returns the
-    /// text to splice for them.
-    async fn search(&mut self, round: usize, query: String) -> Result<String, RolloutError> {
+    /// Searches `queries` at once (repeats of this request come from its
+    /// cache), reports the call and each query's documents, records the round,
+    /// and returns the text to splice.
+    async fn search(
+        &mut self,
+        round: usize,
+        queries: Vec<String>,
+        notes: Vec<String>,
+    ) -> Result<String, RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
         self.emit(RolloutEvent::Search {
             round,
-            queries: vec![query.clone()],
+            queries: queries.clone(),
+            notes: notes.clone(),
         })
         .await?;
-        let mut results = self
-            .ctx
-            .backend
-            .search(std::slice::from_ref(&query), profile.top_k)
-            .await;
-        let (documents, error) = match results.pop() {
-            Some(Ok(docs)) => (docs, None),
-            Some(Err(e)) => (Vec::new(), Some(e.to_string())),
-            None => (Vec::new(), Some("the backend returned no result".into())),
-        };
-        if let Some(e) = &error {
-            tracing::warn!(round, error = %e, "search failed; splicing no documents");
+        let mut missing: Vec<String> = Vec::new();
+        for q in &queries {
+            if !self.cache.contains_key(q) && !missing.contains(q) {
+                missing.push(q.clone());
+            }
         }
-        let splice = profile.render_splice(&documents);
-        self.documents.extend(documents.iter().cloned());
-        self.emit(RolloutEvent::Results {
+        let fresh = if missing.is_empty() {
+            Vec::new()
+        } else {
+            self.ctx.backend.search(&missing, profile.top_k).await
+        };
+        let mut fresh: HashMap<String, Result<Vec<Document>, String>> = missing
+            .into_iter()
+            .zip(
+                fresh
+                    .into_iter()
+                    .map(|r| r.map_err(|e| e.to_string()))
+                    .chain(std::iter::repeat_with(|| {
+                        Err("the backend returned no result".to_string())
+                    })),
+            )
+            .collect();
+        let backend = self.ctx.backend.name().to_string();
+        let mut records = Vec::with_capacity(queries.len());
+        for q in queries.iter() {
+            let (result, cached) = match fresh.remove(q) {
+                Some(r) => {
+                    self.cache.insert(q.clone(), r.clone());
+                    (r, false)
+                }
+                None => (
+                    self.cache.get(q).cloned().unwrap_or_else(|| Ok(Vec::new())),
+                    true,
+                ),
+            };
+            let (documents, error) = match result {
+                Ok(docs) => (docs, None),
+                Err(e) => {
+                    tracing::warn!(round, error = %e, "search failed; splicing the failure text");
+                    (Vec::new(), Some(e))
+                }
+            };
+            let record = QueryRecord {
+                round,
+                query: q.clone(),
+                backend: backend.clone(),
+                documents,
+                error,
+                cached,
+            };
+            self.emit(RolloutEvent::Results(record.clone())).await?;
+            records.push(record);
+        }
+        let outcomes: Vec<(&str, QueryOutcome<'_>)> = records
+            .iter()
+            .map(|r| {
+                let outcome = match &r.error {
+                    Some(e) => QueryOutcome::Failed(e),
+                    None => QueryOutcome::Documents(&r.documents),
+                };
+                (r.query.as_str(), outcome)
+            })
+            .collect();
+        let splice = profile.render_splice(&outcomes);
+        for r in &records {
+            self.documents.extend(r.documents.iter().cloned());
+        }
+        self.rounds.push(RoundRecord {
             round,
-            query,
-            documents,
-            error,
-        })
-        .await?;
+            outcome: RoundOutcome::Search,
+            queries,
+            notes,
+            results: records,
+            tokens_generated: 0,
+        });
         Ok(splice)
     }
 
@@ -411,11 +652,7 @@ impl<'a> Rollout<'a> {
         self.emit(RolloutEvent::Reasoning(splice)).await
     }
 
-    async fn finish(
-        mut self,
-        finish_reason: FinishReason,
-        searches: usize,
-    ) -> Result<RolloutOutcome, RolloutError> {
+    async fn finish(mut self, finish_reason: FinishReason) -> Result<RolloutOutcome, RolloutError> {
         let answer = if self.answer.started || self.answer_open {
             // The answer was (being) streamed: what was sent is the answer.
             self.answer.emitted.clone()
@@ -431,13 +668,16 @@ impl<'a> Rollout<'a> {
                 }
             }
         };
+        let transcript = self.transcript.split_off(self.prompt_len);
         Ok(RolloutOutcome {
             answer,
             finish_reason,
             usage: self.usage,
-            searches,
+            searches: self.searches,
             documents: std::mem::take(&mut self.documents),
-            transcript: std::mem::take(&mut self.transcript),
+            prompt: std::mem::take(&mut self.transcript),
+            transcript,
+            rounds: std::mem::take(&mut self.rounds),
         })
     }
 }

@@ -18,10 +18,11 @@ use tokio::sync::mpsc;
 use super::error::{ApiError, ErrorCode};
 use super::openai::{
     ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Citation,
-    Delta, ResponseMessage, SeekerInfo, Usage,
+    Delta, ResponseMessage, SeekerChunk, SeekerEvent, SeekerInfo, Usage,
 };
 use super::AppState;
-use crate::engine::{ChatTurn, EngineError};
+use crate::engine::{ChatTurn, EngineError, Role};
+use crate::profile::Profile;
 use crate::rollout::{
     self, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
 };
@@ -32,7 +33,9 @@ pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 /// A request that passed validation.
 struct Validated {
     rollout: RolloutRequest,
+    profile: Arc<Profile>,
     stream: bool,
+    return_transcript: bool,
 }
 
 /// Parses the body, naming the field at fault in the error.
@@ -152,21 +155,46 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
     }
     if !messages
         .iter()
-        .any(|m| m.role == crate::engine::Role::User && !m.content.trim().is_empty())
+        .any(|m| m.role == Role::User && !m.content.trim().is_empty())
     {
         return Err(ApiError::invalid_field(
             "messages",
             "messages must contain a user message with the question",
         ));
     }
+    let continue_final_message = req.continue_final_message.unwrap_or(false);
+    if continue_final_message && messages.last().map(|m| m.role) != Some(Role::Assistant) {
+        return Err(ApiError::invalid_field(
+            "continue_final_message",
+            "continue_final_message needs the last message to be an assistant message",
+        ));
+    }
+    let profile = state.profile(req.policy.as_deref()).ok_or_else(|| {
+        ApiError::invalid_field(
+            "policy",
+            format!(
+                "unknown policy `{}`; this server has: {}",
+                req.policy.as_deref().unwrap_or(""),
+                state
+                    .profiles
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })?;
     Ok(Validated {
         rollout: RolloutRequest {
             messages,
             max_tokens,
             temperature: req.temperature,
             top_p: req.top_p,
+            continue_final_message,
         },
+        profile,
         stream: req.stream.unwrap_or(false),
+        return_transcript: req.return_transcript.unwrap_or(false),
     })
 }
 
@@ -176,6 +204,9 @@ fn engine_error(e: RolloutError) -> ApiError {
             ApiError::new(ErrorCode::ContextLengthExceeded, e.to_string())
         }
         RolloutError::NoQuestion => ApiError::invalid_field("messages", e.to_string()),
+        RolloutError::NothingToContinue => {
+            ApiError::invalid_field("continue_final_message", e.to_string())
+        }
         other => {
             tracing::error!(error = %other, "rollout failed");
             ApiError::new(
@@ -192,15 +223,49 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn seeker_info(state: &AppState, outcome: &RolloutOutcome) -> SeekerInfo {
+fn seeker_info(
+    state: &AppState,
+    profile: &Profile,
+    outcome: &RolloutOutcome,
+    return_transcript: bool,
+) -> SeekerInfo {
     SeekerInfo {
-        policy: state.profile.name.clone(),
+        policy: profile.name.clone(),
         searches: outcome.searches,
         documents: outcome
             .documents
             .iter()
             .map(|d| Citation::from_document(d, state.backend.name()))
             .collect(),
+        transcript: return_transcript.then(|| outcome.transcript.clone()),
+        rounds: return_transcript.then(|| outcome.rounds.clone()),
+    }
+}
+
+/// A rollout event as a chunk's `seeker.event`, for the events that are not text.
+fn seeker_event(event: &RolloutEvent) -> Option<SeekerEvent> {
+    match event {
+        RolloutEvent::Search {
+            round,
+            queries,
+            notes,
+        } => Some(SeekerEvent::Search {
+            round: *round,
+            queries: queries.clone(),
+            notes: notes.clone(),
+        }),
+        RolloutEvent::Results(r) => Some(SeekerEvent::Results {
+            round: r.round,
+            query: r.query.clone(),
+            documents: r
+                .documents
+                .iter()
+                .map(|d| Citation::from_document(d, &r.backend))
+                .collect(),
+            error: r.error.clone(),
+            cached: r.cached,
+        }),
+        RolloutEvent::Reasoning(_) | RolloutEvent::Answer(_) => None,
     }
 }
 
@@ -245,16 +310,17 @@ pub async fn chat_completions(
     let ctx = RolloutContext {
         engine,
         backend: Arc::clone(&state.backend),
-        profile: Arc::clone(&state.profile),
+        profile: Arc::clone(&validated.profile),
     };
     if validated.stream {
-        stream(state, ctx, validated.rollout).into_response()
+        stream(state, ctx, validated).into_response()
     } else {
-        complete(state, ctx, validated.rollout).await
+        complete(state, ctx, validated).await
     }
 }
 
-async fn complete(state: Arc<AppState>, ctx: RolloutContext, request: RolloutRequest) -> Response {
+async fn complete(state: Arc<AppState>, ctx: RolloutContext, validated: Validated) -> Response {
+    let request = validated.rollout;
     let (tx, mut rx) = mpsc::channel(64);
     let run = async move {
         let result = rollout::run(&ctx, &request, &tx).await;
@@ -290,7 +356,12 @@ async fn complete(state: Arc<AppState>, ctx: RolloutContext, request: RolloutReq
             finish_reason: finish_reason(&outcome),
         }],
         usage: usage(&outcome),
-        seeker: seeker_info(&state, &outcome),
+        seeker: seeker_info(
+            &state,
+            &validated.profile,
+            &outcome,
+            validated.return_transcript,
+        ),
     })
     .into_response()
 }
@@ -306,15 +377,17 @@ fn finish_reason(outcome: &RolloutOutcome) -> String {
 fn stream(
     state: Arc<AppState>,
     ctx: RolloutContext,
-    request: RolloutRequest,
+    validated: Validated,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let request = validated.rollout;
+    let (profile, return_transcript) = (validated.profile, validated.return_transcript);
     let (tx, mut rx) = mpsc::channel(64);
     // The rollout stops at its next event once this stream (and so `rx`) is dropped.
     let task = tokio::spawn(async move { rollout::run(&ctx, &request, &tx).await });
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
     let created = now();
     let info_state = Arc::clone(&state);
-    let chunk = move |delta: Delta, finish_reason: Option<String>, seeker: Option<SeekerInfo>| {
+    let chunk = move |delta: Delta, finish_reason: Option<String>, seeker: Option<SeekerChunk>| {
         let chunk = ChatCompletionChunk {
             id: id.clone(),
             object: "chat.completion.chunk".into(),
@@ -332,17 +405,21 @@ fn stream(
     let events = async_stream::stream! {
         yield Ok(chunk(Delta { role: Some("assistant".into()), ..Delta::default() }, None, None));
         while let Some(event) = rx.recv().await {
+            if let Some(event) = seeker_event(&event) {
+                yield Ok(chunk(Delta::default(), None, Some(SeekerChunk::Event { event })));
+                continue;
+            }
             let delta = match event {
                 RolloutEvent::Reasoning(text) => Delta { reasoning_content: Some(text), ..Delta::default() },
                 RolloutEvent::Answer(text) => Delta { content: Some(text), ..Delta::default() },
-                RolloutEvent::Search { .. } | RolloutEvent::Results { .. } => continue,
+                RolloutEvent::Search { .. } | RolloutEvent::Results(_) => continue,
             };
             yield Ok(chunk(delta, None, None));
         }
         match task.await {
             Ok(Ok(outcome)) => {
-                let info = seeker_info(&info_state, &outcome);
-                yield Ok(chunk(Delta::default(), Some(finish_reason(&outcome)), Some(info)));
+                let info = seeker_info(&info_state, &profile, &outcome, return_transcript);
+                yield Ok(chunk(Delta::default(), Some(finish_reason(&outcome)), Some(SeekerChunk::Final(info))));
             }
             Ok(Err(e)) => yield Ok(Event::default().data(engine_error(e).to_json())),
             Err(e) => {

@@ -9,6 +9,7 @@ pub mod chat;
 pub mod error;
 pub mod openai;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
@@ -36,7 +37,10 @@ pub struct AppState {
     /// Set once the model has loaded; `None` until then (`/health` is 503).
     engine: OnceLock<Arc<dyn Engine>>,
     pub backend: Arc<dyn SearchBackend>,
-    pub profile: Arc<Profile>,
+    /// Every loaded policy profile, by name.
+    pub profiles: BTreeMap<String, Arc<Profile>>,
+    /// The profile used when a request names none.
+    pub default_policy: String,
     /// The served model id (`/v1/models`).
     pub model_id: String,
     pub generation: GenerationConfig,
@@ -45,16 +49,28 @@ pub struct AppState {
 
 impl AppState {
     /// State whose engine is set later with [`AppState::set_engine`].
+    ///
+    /// # Panics
+    /// When `default_policy` is not in `profiles` (checked at startup).
     pub fn new(
         model_id: String,
         backend: Arc<dyn SearchBackend>,
-        profile: Arc<Profile>,
+        profiles: BTreeMap<String, Profile>,
+        default_policy: String,
         generation: GenerationConfig,
     ) -> Self {
+        assert!(
+            profiles.contains_key(&default_policy),
+            "default policy {default_policy:?} is not loaded"
+        );
         Self {
             engine: OnceLock::new(),
             backend,
-            profile,
+            profiles: profiles
+                .into_iter()
+                .map(|(name, p)| (name, Arc::new(p)))
+                .collect(),
+            default_policy,
             model_id,
             generation,
             started: std::time::SystemTime::now()
@@ -68,6 +84,13 @@ impl AppState {
         let _ = self.engine.set(engine);
     }
 
+    /// The profile named `name`, or the default one.
+    pub fn profile(&self, name: Option<&str>) -> Option<Arc<Profile>> {
+        self.profiles
+            .get(name.unwrap_or(&self.default_policy))
+            .cloned()
+    }
+
     /// The engine, once loaded.
     pub fn engine(&self) -> Option<Arc<dyn Engine>> {
         self.engine.get().cloned()
@@ -79,7 +102,8 @@ impl AppState {
             object: "model".into(),
             created: self.started,
             owned_by: "seeker".into(),
-            policy: self.profile.name.clone(),
+            policy: self.default_policy.clone(),
+            policies: self.profiles.keys().cloned().collect(),
         }
     }
 }
@@ -149,29 +173,27 @@ async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Re
 /// Missing index or profile, bind failure, model load failure.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let profiles = Profile::load_dir(&config.policy.dir)?;
-    let profile = profiles
-        .get(&config.policy.default)
-        .cloned()
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "policy.default = {:?} is not a profile in {} (have: {})",
-                config.policy.default,
-                config.policy.dir.display(),
-                profiles.keys().cloned().collect::<Vec<_>>().join(", ")
-            )
-        })?;
+    if !profiles.contains_key(&config.policy.default) {
+        anyhow::bail!(
+            "policy.default = {:?} is not a profile in {} (have: {})",
+            config.policy.default,
+            config.policy.dir.display(),
+            profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
     let index = Bm25Index::open(&config.search.index)?;
     tracing::info!(
         index = %config.search.index.display(),
         documents = index.num_docs(),
-        policy = %profile.name,
+        policy = %config.policy.default,
         "search index ready"
     );
     let backend: Arc<dyn SearchBackend> = Arc::new(Bm25Backend::new(Arc::new(index)));
     let state = Arc::new(AppState::new(
         config.model.id.clone(),
         backend,
-        Arc::new(profile),
+        profiles,
+        config.policy.default.clone(),
         config.generation.clone(),
     ));
 

@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Role;
+use crate::rollout::RoundRecord;
 use crate::search::Document;
 
 /// `POST /v1/chat/completions` body. Unknown fields are ignored, as OpenAI does.
@@ -34,6 +35,17 @@ pub struct ChatCompletionRequest {
     /// Accepted for compatibility; not used.
     #[serde(default)]
     pub user: Option<String>,
+    /// Extension: the policy profile for this request (default from the config).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Extension (as in vLLM): continue the last message, an assistant message,
+    /// instead of starting a new turn. If it ends with a closing search tag the
+    /// search runs and is spliced before any token is generated.
+    #[serde(default)]
+    pub continue_final_message: Option<bool>,
+    /// Extension: return `seeker.transcript` and `seeker.rounds`.
+    #[serde(default)]
+    pub return_transcript: Option<bool>,
 }
 
 /// One message. `content` is a string or an array of `{"type": "text", "text"}` parts.
@@ -122,15 +134,54 @@ pub struct Citation {
 }
 
 /// seeker's extension object on the final message / last chunk.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct SeekerInfo {
     /// Policy profile that served the request.
     pub policy: String,
-    /// Search rounds the model ran (the question search of prefetch profiles
-    /// is not counted).
+    /// Search calls the model made that ran a query (the question search of
+    /// prefetch profiles is not counted).
     pub searches: usize,
     /// Every spliced document, in splice order.
     pub documents: Vec<Citation>,
+    /// With `return_transcript`: the exact text after the prompt that the model
+    /// saw, splices included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transcript: Option<String>,
+    /// With `return_transcript`: every round with its queries, documents and
+    /// generated token count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rounds: Option<Vec<RoundRecord>>,
+}
+
+/// A search event, sent in a chunk of its own (`seeker.event`) with an empty
+/// delta, as it happens.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SeekerEvent {
+    /// A search call with its cleaned queries and what cleaning changed.
+    Search {
+        round: usize,
+        queries: Vec<String>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        notes: Vec<String>,
+    },
+    /// One query's documents.
+    Results {
+        round: usize,
+        query: String,
+        documents: Vec<Citation>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        cached: bool,
+    },
+}
+
+/// The `seeker` field of a chunk: a search event, or the final information.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum SeekerChunk {
+    Event { event: SeekerEvent },
+    Final(SeekerInfo),
 }
 
 impl Citation {
@@ -145,7 +196,7 @@ impl Citation {
 }
 
 /// Non-streamed response.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize)]
 pub struct ChatCompletion {
     pub id: String,
     pub object: String,
@@ -173,7 +224,7 @@ pub struct ResponseMessage {
 }
 
 /// One SSE chunk.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize)]
 pub struct ChatCompletionChunk {
     pub id: String,
     pub object: String,
@@ -181,7 +232,7 @@ pub struct ChatCompletionChunk {
     pub model: String,
     pub choices: Vec<ChunkChoice>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub seeker: Option<SeekerInfo>,
+    pub seeker: Option<SeekerChunk>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -214,6 +265,8 @@ pub struct ModelObject {
     pub object: String,
     pub created: u64,
     pub owned_by: String,
-    /// Policy profile this model is served with.
+    /// Policy profile used when a request names none.
     pub policy: String,
+    /// Every profile a request may name in `policy`.
+    pub policies: Vec<String>,
 }

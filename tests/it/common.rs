@@ -1,6 +1,6 @@
 //! Test doubles at the trait boundaries.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -13,10 +13,14 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Every shipped policy profile.
+pub fn profiles() -> BTreeMap<String, Profile> {
+    Profile::load_dir(&root().join("config/policies")).expect("profiles load")
+}
+
 /// A shipped policy profile by name.
 pub fn profile(name: &str) -> Profile {
-    let profiles = Profile::load_dir(&root().join("config/policies")).expect("profiles load");
-    profiles[name].clone()
+    profiles()[name].clone()
 }
 
 pub fn doc(id: &str, title: &str, text: &str) -> Document {

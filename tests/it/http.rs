@@ -12,7 +12,7 @@ use seeker::server::{app, AppState};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use crate::common::{doc, profile, StaticBackend};
+use crate::common::{doc, profiles, StaticBackend};
 
 fn state(engine: Option<ScriptedEngine>) -> Arc<AppState> {
     let backend = StaticBackend::with(&[(
@@ -22,7 +22,8 @@ fn state(engine: Option<ScriptedEngine>) -> Arc<AppState> {
     let state = AppState::new(
         "test-model".into(),
         backend,
-        Arc::new(profile("search-r1")),
+        profiles(),
+        "search-r1".into(),
         GenerationConfig::default(),
     );
     if let Some(engine) = engine {

@@ -22,6 +22,7 @@ fn request(question: &str, max_tokens: usize) -> RolloutRequest {
         max_tokens,
         temperature: None,
         top_p: None,
+        continue_final_message: false,
     }
 }
 
@@ -135,7 +136,8 @@ async fn search_r1_round_splices_exactly_and_discards_text_after_the_tag() {
     );
     assert!(events.contains(&RolloutEvent::Search {
         round: 1,
-        queries: vec!["Mona Lisa painter".into()]
+        queries: vec!["Mona Lisa painter".into()],
+        notes: vec![],
     }));
 }
 
@@ -148,7 +150,14 @@ async fn after_max_searches_the_final_round_does_not_search() {
     let (result, _) = collect(&ctx, &request("q", 512)).await;
     let outcome = result.unwrap();
     assert_eq!(outcome.searches, 4);
-    assert_eq!(backend.asked.lock().unwrap().len(), 4);
+    // The same query four times: searched once, then answered from the request's cache.
+    assert_eq!(backend.asked.lock().unwrap().len(), 1);
+    let cached: Vec<bool> = outcome
+        .rounds
+        .iter()
+        .flat_map(|r| r.results.iter().map(|q| q.cached))
+        .collect();
+    assert_eq!(cached, [false, true, true, true]);
     assert_eq!(engine.prompts().len(), 5, "4 search rounds + 1 final round");
     assert_eq!(outcome.finish_reason, FinishReason::Length);
     assert_eq!(
@@ -242,7 +251,7 @@ async fn a_failed_search_degrades_that_query_only() {
     assert_eq!(result.unwrap().answer, "still answered");
     assert!(events.iter().any(|e| matches!(
         e,
-        RolloutEvent::Results { error: Some(msg), .. } if msg.contains("backend down")
+        RolloutEvent::Results(r) if r.error.as_deref().is_some_and(|m| m.contains("backend down"))
     )));
 }
 
