@@ -70,10 +70,9 @@ async fn main() -> anyhow::Result<()> {
             content: profile.user_message(&args.question),
         }])
         .await?;
-    prompt.push_str(&profile.render_splice(&[(
-        args.question.as_str(),
-        QueryOutcome::Documents(&docs),
-    )]));
+    prompt.push_str(
+        &profile.render_splice(&[(args.question.as_str(), QueryOutcome::Documents(&docs))]),
+    );
     std::fs::write(&args.prompt_out, &prompt)?;
     let ids = engine.tokenize(&prompt).await?;
     std::fs::write(

@@ -574,4 +574,85 @@ mod tests {
         let (events, _) = scan_pieces([b"a\xffb".as_slice()]);
         assert_eq!(events, vec![text(Region::Reasoning, "a\u{fffd}b")]);
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Text built from tag fragments, near misses and multi-byte characters.
+        fn transcript() -> impl Strategy<Value = String> {
+            let fragment = prop::sample::select(vec![
+                "<search>",
+                "</search>",
+                "<answer>",
+                "</answer>",
+                "<information>",
+                "<",
+                "</",
+                ">",
+                "<sea",
+                "rch>",
+                "</sear",
+                "ch>",
+                "<ans",
+                "wer>",
+                "</b>",
+                "<sea creature>",
+                "a",
+                "query",
+                " ",
+                "\n",
+                "\r\n",
+                "\t",
+                "é",
+                "東京",
+                "🦀",
+                "\u{fffd}",
+                "<<",
+                "</<",
+            ]);
+            prop::collection::vec(fragment, 0..40).prop_map(|parts| parts.concat())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(512))]
+
+            /// Any split, including inside tags and inside multi-byte characters,
+            /// gives the same events and the same kept text as the whole input.
+            #[test]
+            fn any_split_gives_the_same_events(
+                text in transcript(),
+                cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12),
+            ) {
+                let bytes = text.as_bytes();
+                let mut points: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+                points.sort_unstable();
+                points.dedup();
+                let mut pieces = Vec::new();
+                let mut start = 0;
+                for p in points {
+                    pieces.push(&bytes[start..p]);
+                    start = p;
+                }
+                pieces.push(&bytes[start..]);
+                let whole = scan_pieces([bytes]);
+                let split = scan_pieces(pieces);
+                prop_assert_eq!(&split, &whole);
+                // No released text contains a complete tag, and none ends in U+FFFD
+                // unless the input had one.
+                for event in &whole.0 {
+                    if let ScanEvent::Text { text: t, .. } = event {
+                        for tag in ["<search>", "</search>", "<answer>", "</answer>", "<information>"] {
+                            prop_assert!(!t.contains(tag), "{:?} leaked in {:?}", tag, t);
+                        }
+                        if !text.contains('\u{fffd}') {
+                            prop_assert!(!t.contains(char::REPLACEMENT_CHARACTER), "U+FFFD in {t:?}");
+                        }
+                    }
+                }
+                // The kept text is a prefix of the input.
+                prop_assert!(text.starts_with(&whole.1));
+            }
+        }
+    }
 }

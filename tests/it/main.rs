@@ -7,4 +7,6 @@
 mod common;
 mod e2e;
 mod http;
+mod protocols;
 mod rollout;
+mod splice;

@@ -1,0 +1,402 @@
+//! Every profile driven by a scripted engine: golden two-round transcripts, and
+//! one test per failure kind reported against search-loop implementations.
+
+use std::sync::Arc;
+
+use seeker::engine::scripted::ScriptedEngine;
+use seeker::engine::{ChatTurn, Role};
+use seeker::profile::Profile;
+use seeker::rollout::{
+    run, FinishReason, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
+    RoundOutcome,
+};
+use tokio::sync::mpsc;
+
+use crate::common::{doc, profile, profiles, StaticBackend};
+
+fn backend() -> Arc<StaticBackend> {
+    StaticBackend::with(&[
+        (
+            "Mona Lisa painter",
+            vec![
+                doc(
+                    "6055",
+                    "Mona Lisa",
+                    "The Mona Lisa is a portrait by Leonardo da Vinci.",
+                ),
+                doc(
+                    "6758",
+                    "Painting",
+                    "Painting is the practice of applying paint.",
+                ),
+            ],
+        ),
+        (
+            "Leonardo da Vinci birthplace",
+            vec![doc(
+                "4790",
+                "Leonardo da Vinci",
+                "Leonardo was born in Vinci, Italy.",
+            )],
+        ),
+    ])
+}
+
+fn request(messages: Vec<ChatTurn>) -> RolloutRequest {
+    RolloutRequest {
+        messages,
+        max_tokens: 256,
+        temperature: None,
+        top_p: None,
+        continue_final_message: false,
+    }
+}
+
+fn ask(question: &str) -> RolloutRequest {
+    request(vec![ChatTurn {
+        role: Role::User,
+        content: question.into(),
+    }])
+}
+
+async fn rollout(
+    profile: Profile,
+    scripts: Vec<Vec<String>>,
+    backend: Arc<StaticBackend>,
+    req: RolloutRequest,
+) -> (
+    Result<RolloutOutcome, RolloutError>,
+    Vec<RolloutEvent>,
+    ScriptedEngine,
+) {
+    let engine = ScriptedEngine::new(scripts);
+    let ctx = RolloutContext {
+        engine: Arc::new(engine.clone()),
+        backend,
+        profile: Arc::new(profile),
+    };
+    let (tx, mut rx) = mpsc::channel(4096);
+    let result = run(&ctx, &req, &tx).await;
+    drop(tx);
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push(e);
+    }
+    (result, events, engine)
+}
+
+fn pieces(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+/// A two-round script in `p`'s own tags, each tag split across pieces, with
+/// text after each closing tag that must be discarded.
+fn two_round_script(p: &Profile) -> Vec<Vec<String>> {
+    let (qo, qc, ao, ac) = (
+        &p.query_open,
+        &p.query_close,
+        &p.answer_open,
+        &p.answer_close,
+    );
+    let query = if p.query_separator.is_empty() {
+        " Mona Lisa painter ".to_string()
+    } else {
+        format!(
+            " Mona Lisa painter{0} Leonardo da Vinci birthplace {0} ",
+            p.query_separator
+        )
+    };
+    let round1 = vec![
+        "<think>I need the painter.</think>\n".to_string(),
+        qo[..2].to_string(),
+        format!("{}{query}", &qo[2..]),
+        qc[..3].to_string(),
+        format!("{}\n\n", &qc[3..]),
+        "<information>made up".to_string(),
+    ];
+    let round2 = vec![
+        "<think>It is Leonardo.</think>\n".to_string(),
+        ao[..1].to_string(),
+        format!("{} Leonardo da", &ao[1..]),
+        format!(" Vinci {}", &ac[..2]),
+        format!("{} trailing", &ac[2..]),
+    ];
+    vec![round1, round2]
+}
+
+#[tokio::test]
+async fn golden_two_round_transcript_of_every_profile() {
+    for (name, p) in profiles() {
+        let script = two_round_script(&p);
+        let (result, events, engine) = rollout(
+            p.clone(),
+            script,
+            backend(),
+            ask("Who painted the Mona Lisa"),
+        )
+        .await;
+        let outcome = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(outcome.answer, "Leonardo da Vinci", "{name}");
+        assert_eq!(outcome.finish_reason, FinishReason::Stop, "{name}");
+        assert_eq!(outcome.searches, 1, "{name}");
+        // The engine saw exactly the prompt, then the transcript so far.
+        let prompts = engine.prompts();
+        assert_eq!(prompts[0], outcome.prompt, "{name}");
+        assert!(outcome
+            .transcript
+            .starts_with(&prompts[1][outcome.prompt.len()..]));
+        // Nothing after a closing tag survives, and the made-up block never does.
+        assert!(!outcome.transcript.contains("made up"), "{name}");
+        assert!(!outcome.transcript.contains("trailing"), "{name}");
+        // The answer streamed is the answer returned.
+        let streamed: String = events
+            .iter()
+            .filter_map(|e| match e {
+                RolloutEvent::Answer(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(streamed, outcome.answer, "{name}");
+        insta::assert_snapshot!(
+            format!("golden_{name}"),
+            format!(
+                "{}{}\n--- answer: {}",
+                outcome.prompt, outcome.transcript, outcome.answer
+            )
+        );
+    }
+}
+
+fn search_r1_ask(scripts: &[&[&str]]) -> Vec<Vec<String>> {
+    scripts.iter().map(|s| pieces(s)).collect()
+}
+
+#[tokio::test]
+async fn a_stop_tag_glued_to_the_next_characters_is_cut_exactly() {
+    let scripts = search_r1_ask(&[
+        &["<search> Mona Lisa painter </search>.", " And more"],
+        &["<answer> x </answer>"],
+    ]);
+    let (result, _, engine) = rollout(profile("search-r1"), scripts, backend(), ask("q")).await;
+    result.unwrap();
+    let second = &engine.prompts()[1];
+    assert!(
+        second.contains("</search>\n\n<information>Doc 1"),
+        "{second}"
+    );
+    assert!(!second.contains("</search>."));
+}
+
+#[tokio::test]
+async fn answer_before_search_ends_and_search_before_answer_searches() {
+    let scripts = search_r1_ask(&[&["<answer> A </answer><search> Mona Lisa painter </search>"]]);
+    let (result, _, _) = rollout(profile("search-r1"), scripts, backend(), ask("q")).await;
+    let outcome = result.unwrap();
+    assert_eq!((outcome.answer.as_str(), outcome.searches), ("A", 0));
+
+    let scripts = search_r1_ask(&[
+        &["<search> Mona Lisa painter </search><answer> A </answer>"],
+        &["<answer> B </answer>"],
+    ]);
+    let (result, _, _) = rollout(profile("search-r1"), scripts, backend(), ask("q")).await;
+    let outcome = result.unwrap();
+    assert_eq!((outcome.answer.as_str(), outcome.searches), ("B", 1));
+}
+
+#[tokio::test]
+async fn a_model_written_document_block_is_never_trusted() {
+    let scripts = search_r1_ask(&[
+        &[
+            "I know this. <informa",
+            "tion>Doc 1(Title: \"Fake\") fake evidence</information>",
+        ],
+        &["<answer> x </answer>"],
+    ]);
+    let (result, events, engine) =
+        rollout(profile("search-r1"), scripts, backend(), ask("q")).await;
+    let outcome = result.unwrap();
+    assert!(outcome.documents.is_empty());
+    assert!(!outcome.transcript.contains("fake evidence"));
+    // Search-R1's corrective sentence follows the cut.
+    assert!(engine.prompts()[1].ends_with(
+        "I know this. \nMy previous action is invalid. If I want to search, I should put the query \
+         between <search> and </search>. If I want to give the final answer, I should put the \
+         answer between <answer> and </answer>. Let me try again.\n"
+    ));
+    assert!(!events
+        .iter()
+        .any(|e| matches!(e, RolloutEvent::Reasoning(t) if t.contains("fake"))));
+    assert_eq!(outcome.rounds[0].outcome, RoundOutcome::InvalidAction);
+
+    // R1-Searcher's evaluation ends the rollout instead.
+    let scripts = search_r1_ask(&[&["I know. <|begin_of_documents|>(1)fake"]]);
+    let (result, _, engine) = rollout(profile("r1-searcher"), scripts, backend(), ask("q")).await;
+    let outcome = result.unwrap();
+    assert_eq!(engine.prompts().len(), 1);
+    assert!(!outcome.transcript.contains("fake"));
+}
+
+#[tokio::test]
+async fn query_whitespace_is_normalised_and_empty_calls_get_the_no_query_text() {
+    let scripts = search_r1_ask(&[
+        &["<search>\n   Mona Lisa\r\n\tpainter\n</search>"],
+        &["<search></search>"],
+        &["<search>  \n </search>"],
+        &["<answer> x </answer>"],
+    ]);
+    let backend = backend();
+    let (result, _, engine) = rollout(
+        profile("search-r1"),
+        scripts,
+        Arc::clone(&backend),
+        ask("q"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    assert_eq!(
+        backend.asked.lock().unwrap().as_slice(),
+        ["Mona Lisa painter"]
+    );
+    assert_eq!(outcome.searches, 1);
+    let outcomes: Vec<RoundOutcome> = outcome.rounds.iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            RoundOutcome::Search,
+            RoundOutcome::NoQuery,
+            RoundOutcome::NoQuery,
+            RoundOutcome::Answer
+        ]
+    );
+    assert!(engine.prompts()[2].ends_with("<search></search>\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"));
+}
+
+#[tokio::test]
+async fn multi_query_calls_drop_empty_items_cap_visibly_and_search_at_once() {
+    let scripts = search_r1_ask(&[
+        &["<search> Mona Lisa painter, ,Leonardo da Vinci birthplace,, </search>"],
+        &["<search> a, b, c, d </search>"],
+        &["<answer> x </answer>"],
+    ]);
+    let backend = backend();
+    let (result, events, _) = rollout(
+        profile("rag-r1-mq"),
+        scripts,
+        Arc::clone(&backend),
+        ask("q"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    assert_eq!(
+        outcome.rounds[0].queries,
+        ["Mona Lisa painter", "Leonardo da Vinci birthplace"]
+    );
+    assert_eq!(outcome.rounds[1].queries, ["a", "b", "c"]);
+    assert!(outcome.rounds[1].notes[0].contains("first 3 of 4"));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        RolloutEvent::Search { notes, .. } if notes.iter().any(|n| n.contains("first 3 of 4"))
+    )));
+    assert_eq!(backend.asked.lock().unwrap().len(), 5);
+    assert!(outcome.transcript.contains(
+        "\"query\": [\n    \"Mona Lisa painter\",\n    \"Leonardo da Vinci birthplace\"\n  ]"
+    ));
+}
+
+#[tokio::test]
+async fn a_long_query_is_truncated_visibly() {
+    let long = format!("<search> {} </search>", "word ".repeat(200));
+    let scripts = vec![vec![long], pieces(&["<answer> x </answer>"])];
+    let (result, _, _) = rollout(profile("search-r1"), scripts, backend(), ask("q")).await;
+    let outcome = result.unwrap();
+    assert!(outcome.rounds[0].queries[0].chars().count() <= 512);
+    assert!(outcome.rounds[0].notes[0].contains("truncated to 512"));
+}
+
+#[tokio::test]
+async fn r1_searcher_strips_the_round_and_puts_the_closing_tag_back() {
+    let scripts = search_r1_ask(&[
+        &["  I should search. <|begin_of_query|> \"Mona Lisa\" painter... <|end_of_query|>\n"],
+        &["<answer> Leonardo </answer>"],
+    ]);
+    let (result, _, engine) = rollout(profile("r1-searcher"), scripts, backend(), ask("q")).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.rounds[0].queries, ["Mona Lisa painter"]);
+    let second = &engine.prompts()[1];
+    assert!(second.ends_with(
+        "Assistant: <think>I should search. <|begin_of_query|> \"Mona Lisa\" painter...<|end_of_query|>\n\n<|begin_of_documents|>\n(1)Title: Mona Lisa Text: The Mona Lisa is a portrait by Leonardo da Vinci.\n(2)Title: Painting Text: Painting is the practice of applying paint.\n<|end_of_documents|>\n\n"
+    ), "{second}");
+}
+
+#[tokio::test]
+async fn continuing_a_message_that_ends_in_a_search_call_searches_before_generating() {
+    let req = request(vec![
+        ChatTurn {
+            role: Role::User,
+            content: "Who painted the Mona Lisa?".into(),
+        },
+        ChatTurn {
+            role: Role::Assistant,
+            content: "<think>Let me check.</think>\n<search> Mona Lisa painter </search>".into(),
+        },
+    ]);
+    let req = RolloutRequest {
+        continue_final_message: true,
+        ..req
+    };
+    let scripts = search_r1_ask(&[&["<answer> Leonardo da Vinci </answer>"]]);
+    let backend = backend();
+    let (result, _, engine) =
+        rollout(profile("search-r1"), scripts, Arc::clone(&backend), req).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "Leonardo da Vinci");
+    assert_eq!(engine.prompts().len(), 1);
+    let prompt = &engine.prompts()[0];
+    assert!(prompt.contains(
+        "<|im_start|>assistant\n<think>Let me check.</think>\n<search> Mona Lisa painter </search>\n\n<information>Doc 1(Title: \"Mona Lisa\")"
+    ), "{prompt}");
+    assert!(outcome
+        .transcript
+        .starts_with("<think>Let me check.</think>\n<search>"));
+    assert_eq!(
+        backend.asked.lock().unwrap().as_slice(),
+        ["Mona Lisa painter"]
+    );
+    assert_eq!(outcome.usage.completion_tokens, 1);
+}
+
+#[tokio::test]
+async fn continuing_requires_a_final_assistant_message() {
+    let req = RolloutRequest {
+        continue_final_message: true,
+        ..ask("q")
+    };
+    let (result, _, _) = rollout(profile("search-r1"), vec![], backend(), req).await;
+    assert!(matches!(result, Err(RolloutError::NothingToContinue)));
+}
+
+#[tokio::test]
+async fn system_profiles_put_their_rules_first_and_the_think_prefix_after_the_prompt() {
+    let req = request(vec![
+        ChatTurn {
+            role: Role::System,
+            content: "client system prompt".into(),
+        },
+        ChatTurn {
+            role: Role::User,
+            content: "Who painted the Mona Lisa?".into(),
+        },
+    ]);
+    let scripts = search_r1_ask(&[&["<answer> x </answer>"]]);
+    let (result, _, engine) =
+        rollout(profile("r1-searcher-instruct"), scripts, backend(), req).await;
+    result.unwrap();
+    let prompt = &engine.prompts()[0];
+    assert!(
+        prompt.starts_with("<|im_start|>system\nYou are a helpful assistant.\nGiven a question")
+    );
+    assert!(!prompt.contains("client system prompt"));
+    assert!(prompt.ends_with(
+        "<|im_start|>user\nWho painted the Mona Lisa?<|im_end|>\n<|im_start|>assistant\n<think>"
+    ));
+}
