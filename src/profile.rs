@@ -355,7 +355,9 @@ impl Profile {
             return Err(invalid("tags.stop", "must not contain an empty string"));
         }
         let p = &raw.prompt;
-        let (needs, unused): (&[(&'static str, bool)], &[(&'static str, bool)]) = match p.format {
+        // (key, present) pairs a format requires, and those it does not use.
+        type Keys<'k> = &'k [(&'static str, bool)];
+        let (needs, unused): (Keys, Keys) = match p.format {
             PromptFormat::Chat => (
                 &[("prompt.user", p.user.is_some())],
                 &[
