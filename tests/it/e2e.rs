@@ -213,4 +213,121 @@ async fn real_model_searches_real_wikipedia_and_answers_streamed_and_not() {
         streamed_reasoning
     );
     assert!(v["usage"]["completion_tokens"].as_u64().unwrap() > 0);
+
+    every_profile_continues_a_search_call_with_the_real_model(&client, &server.base).await;
+    cjk_and_emoji_stream_without_replacement_characters(&client, &server.base).await;
+}
+
+/// For each profile: an assistant message that ends in a search call is
+/// continued (`continue_final_message`), so the search runs before any token; the
+/// golden transcript records the splice and the real model's greedy continuation.
+/// (Re-bless with INSTA_UPDATE=always after a change to the engine's numerics.)
+async fn every_profile_continues_a_search_call_with_the_real_model(
+    client: &reqwest::Client,
+    base: &str,
+) {
+    for (name, p) in &crate::common::profiles() {
+        let query = if p.query_separator.is_empty() {
+            "Mona Lisa painter".to_string()
+        } else {
+            format!("Mona Lisa painter{} Leonardo da Vinci", p.query_separator)
+        };
+        let call = format!("{} {query} {}", p.query_open, p.query_close);
+        let v: Value = client
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&json!({
+                "model": "default",
+                "policy": name,
+                "max_tokens": 24,
+                "continue_final_message": true,
+                "return_transcript": true,
+                "messages": [
+                    {"role": "user", "content": "Who painted the Mona Lisa?"},
+                    {"role": "assistant", "content": call}
+                ]
+            }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let seeker = &v["seeker"];
+        assert_eq!(seeker["policy"], name.as_str(), "{v}");
+        let transcript = seeker["transcript"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        let rounds = seeker["rounds"].as_array().unwrap();
+        let first = rounds
+            .iter()
+            .find(|r| r["round"] == 1)
+            .unwrap_or_else(|| panic!("{name}: {v}"));
+        assert_eq!(first["outcome"], "search", "{name}: {v}");
+        assert_eq!(
+            first["tokens_generated"], 0,
+            "{name}: searched before generating"
+        );
+        assert_eq!(
+            first["results"][0]["documents"][0]["title"], "Mona Lisa",
+            "{name}"
+        );
+        assert!(
+            transcript.contains("Leonardo da Vinci"),
+            "{name}: {transcript}"
+        );
+        insta::assert_snapshot!(format!("e2e_{name}"), transcript);
+    }
+}
+
+/// Multi-byte characters the model writes arrive whole: no U+FFFD anywhere, and
+/// the streamed text equals the non-streamed text.
+async fn cjk_and_emoji_stream_without_replacement_characters(client: &reqwest::Client, base: &str) {
+    let opening = "<think>Tokyo is 東京 and a tower is タワー, so Tokyo Tower 🗼 is";
+    let body = |stream: bool| {
+        json!({
+            "policy": "search-r1",
+            "stream": stream,
+            "max_tokens": 32,
+            "continue_final_message": true,
+            "messages": [
+                {"role": "user", "content": "How do you write Tokyo Tower in Japanese?"},
+                {"role": "assistant", "content": opening}
+            ]
+        })
+    };
+    let streamed = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body(true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut reasoning = String::new();
+    for data in sse_data(&streamed) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(&data).unwrap();
+        if let Some(t) = chunk["choices"][0]["delta"]["reasoning_content"].as_str() {
+            reasoning.push_str(t);
+        }
+    }
+    assert!(!reasoning.contains('\u{fffd}'), "{reasoning}");
+    assert!(reasoning.starts_with(opening), "{reasoning}");
+    assert!(reasoning.len() > opening.len(), "the model wrote nothing");
+    let v: Value = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&body(false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        v["choices"][0]["message"]["reasoning_content"].as_str(),
+        Some(reasoning.as_str())
+    );
 }
