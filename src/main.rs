@@ -157,6 +157,9 @@ fn cmd_policies(dir: &Path) -> anyhow::Result<()> {
             "",
             p.description
         );
+        if let Some(why) = &p.unconfirmed {
+            println!("{:22} unconfirmed: {why}", "");
+        }
     }
     Ok(())
 }

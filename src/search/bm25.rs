@@ -37,6 +37,8 @@ pub const INDEX_FORMAT: u32 = 1;
 /// Distinct query terms used at most; the rest of a very long query is ignored.
 pub const MAX_QUERY_TERMS: usize = 256;
 const ANALYZER: &str = "en_stem";
+/// The name documents from this index carry.
+pub const BACKEND_NAME: &str = "tantivy";
 
 /// Errors building or opening an index.
 #[derive(Debug, thiserror::Error)]
@@ -363,6 +365,7 @@ impl Bm25Index {
                     text: text_of(&doc, self.fields.text),
                     url: (!url.is_empty()).then_some(url),
                     score,
+                    backend: BACKEND_NAME.to_string(),
                 })
             })
             .collect()
@@ -385,7 +388,7 @@ impl Bm25Backend {
 #[async_trait]
 impl SearchBackend for Bm25Backend {
     fn name(&self) -> &str {
-        "tantivy"
+        BACKEND_NAME
     }
 
     async fn search(

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 
 /// One retrieved document, as spliced into the transcript and shown to clients.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Document {
     /// Backend-specific id (the corpus line's `id` for the local index).
     pub id: String,
@@ -24,6 +24,8 @@ pub struct Document {
     pub url: Option<String>,
     /// Backend score (BM25 for the local index); higher is better.
     pub score: f32,
+    /// Name of the backend that returned it (`tantivy`), for citations.
+    pub backend: String,
 }
 
 /// Why one query failed. The other queries of a round are unaffected.

@@ -223,20 +223,11 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn seeker_info(
-    state: &AppState,
-    profile: &Profile,
-    outcome: &RolloutOutcome,
-    return_transcript: bool,
-) -> SeekerInfo {
+fn seeker_info(profile: &Profile, outcome: &RolloutOutcome, return_transcript: bool) -> SeekerInfo {
     SeekerInfo {
         policy: profile.name.clone(),
         searches: outcome.searches,
-        documents: outcome
-            .documents
-            .iter()
-            .map(|d| Citation::from_document(d, state.backend.name()))
-            .collect(),
+        documents: outcome.documents.iter().map(Citation::from).collect(),
         transcript: return_transcript.then(|| outcome.transcript.clone()),
         rounds: return_transcript.then(|| outcome.rounds.clone()),
     }
@@ -257,11 +248,7 @@ fn seeker_event(event: &RolloutEvent) -> Option<SeekerEvent> {
         RolloutEvent::Results(r) => Some(SeekerEvent::Results {
             round: r.round,
             query: r.query.clone(),
-            documents: r
-                .documents
-                .iter()
-                .map(|d| Citation::from_document(d, &r.backend))
-                .collect(),
+            documents: r.documents.iter().map(Citation::from).collect(),
             error: r.error.clone(),
             cached: r.cached,
         }),
@@ -356,12 +343,7 @@ async fn complete(state: Arc<AppState>, ctx: RolloutContext, validated: Validate
             finish_reason: finish_reason(&outcome),
         }],
         usage: usage(&outcome),
-        seeker: seeker_info(
-            &state,
-            &validated.profile,
-            &outcome,
-            validated.return_transcript,
-        ),
+        seeker: seeker_info(&validated.profile, &outcome, validated.return_transcript),
     })
     .into_response()
 }
@@ -386,7 +368,6 @@ fn stream(
     let task = tokio::spawn(async move { rollout::run(&ctx, &request, &tx).await });
     let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
     let created = now();
-    let info_state = Arc::clone(&state);
     let chunk = move |delta: Delta, finish_reason: Option<String>, seeker: Option<SeekerChunk>| {
         let chunk = ChatCompletionChunk {
             id: id.clone(),
@@ -418,7 +399,7 @@ fn stream(
         }
         match task.await {
             Ok(Ok(outcome)) => {
-                let info = seeker_info(&info_state, &profile, &outcome, return_transcript);
+                let info = seeker_info(&profile, &outcome, return_transcript);
                 yield Ok(chunk(Delta::default(), Some(finish_reason(&outcome)), Some(SeekerChunk::Final(info))));
             }
             Ok(Err(e)) => yield Ok(Event::default().data(engine_error(e).to_json())),

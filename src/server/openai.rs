@@ -184,13 +184,13 @@ pub enum SeekerChunk {
     Final(SeekerInfo),
 }
 
-impl Citation {
-    pub fn from_document(doc: &Document, backend: &str) -> Self {
+impl From<&Document> for Citation {
+    fn from(doc: &Document) -> Self {
         Self {
             id: doc.id.clone(),
             title: doc.title.clone(),
             url: doc.url.clone(),
-            backend: backend.to_string(),
+            backend: doc.backend.clone(),
         }
     }
 }

@@ -30,6 +30,7 @@ pub fn doc(id: &str, title: &str, text: &str) -> Document {
         text: text.into(),
         url: None,
         score: 1.0,
+        backend: "static".into(),
     }
 }
 

@@ -47,6 +47,7 @@ fn every_profile_splices_byte_for_byte_like_its_reference_code() {
                         text: d.text.clone(),
                         url: None,
                         score: 1.0,
+                        backend: "static".into(),
                     })
                     .collect()
             })
@@ -77,6 +78,7 @@ fn search_r1_splice_equals_the_protocols_example() {
         text: "Evan L. Morris (January 26, 1977 – July 9, 2015) was a lobbyist.".into(),
         url: None,
         score: 1.0,
+        backend: "static".into(),
     };
     let got = profile("search-r1").render_splice(&[(
         "Evan Morris",
