@@ -18,9 +18,11 @@
 //! - [`search`]: the [`search::SearchBackend`] trait and the local tantivy BM25
 //!   index ([`search::bm25`]).
 //! - [`server`]: the axum HTTP surface (OpenAI chat completions, models, health).
+//! - [`eval`]: `seeker eval`, EM / cover-EM / F1 and retrieval recall on QA sets.
 
 pub mod config;
 pub mod engine;
+pub mod eval;
 pub mod profile;
 pub mod pyjson;
 pub mod rollout;

@@ -53,12 +53,65 @@ enum Command {
         #[arg(required = true, num_args = 1..)]
         query: Vec<String>,
     },
+    /// Evaluate a QA dataset against a running server (EM, cover-EM, F1, answer
+    /// recall of the spliced documents, searches, latency).
+    Eval(EvalArgs),
     /// List the policy profiles.
     Policies {
         /// Profile directory.
         #[arg(long, default_value = "config/policies")]
         dir: PathBuf,
     },
+}
+
+#[derive(clap::Args)]
+struct EvalArgs {
+    /// JSONL with `question` and `answers`/`golden_answers`, or FanOutQA JSON.
+    #[arg(long)]
+    dataset: PathBuf,
+    /// Server base URL (seeker or any OpenAI-compatible server).
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    url: String,
+    /// Model id to request.
+    #[arg(long, default_value = "default")]
+    model: String,
+    /// seeker policy profile (default: the server's).
+    #[arg(long)]
+    policy: Option<String>,
+    /// seeker search backend (default: the server's).
+    #[arg(long)]
+    backend: Option<String>,
+    /// Documents per query (default: the profile's).
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Generated-token budget per question, all rounds together.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy and reproducible.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Questions in flight at once.
+    #[arg(long, default_value_t = 1)]
+    concurrency: usize,
+    /// Evaluate only the first N questions.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// FanOutQA: evaluate the single-hop sub-questions instead of the top-level ones.
+    #[arg(long)]
+    fanoutqa_subquestions: bool,
+    /// Keep only questions whose evidence article's title is in this corpus (JSONL).
+    #[arg(long)]
+    evidence_in: Option<PathBuf>,
+    /// Per-question JSONL output; the summary goes to the same name with
+    /// `.summary.json`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Seconds allowed per question.
+    #[arg(long, default_value_t = 600)]
+    timeout: u64,
+    /// Bearer key for the server.
+    #[arg(long, env = "SEEKER_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -79,6 +132,7 @@ fn main() -> ExitCode {
             query,
         } => cmd_search(&index, top_k, &query.join(" ")),
         Command::Policies { dir } => cmd_policies(&dir),
+        Command::Eval(args) => cmd_eval(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -160,6 +214,91 @@ fn cmd_policies(dir: &Path) -> anyhow::Result<()> {
         if let Some(why) = &p.unconfirmed {
             println!("{:22} unconfirmed: {why}", "");
         }
+    }
+    Ok(())
+}
+
+fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
+    use seeker::eval::{self, dataset};
+
+    let mode = if args.fanoutqa_subquestions {
+        dataset::FanoutMode::Subquestions
+    } else {
+        dataset::FanoutMode::Questions
+    };
+    let mut items = dataset::load(&args.dataset, mode)?;
+    if let Some(corpus) = &args.evidence_in {
+        let text = std::fs::read_to_string(corpus)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", corpus.display()))?;
+        let titles = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["title"].as_str().map(str::to_string))
+            .collect();
+        items = dataset::with_evidence_in(items, &titles);
+    }
+    if let Some(n) = args.limit {
+        items.truncate(n);
+    }
+    anyhow::ensure!(
+        !items.is_empty(),
+        "no questions to evaluate in {}",
+        args.dataset.display()
+    );
+    let config = eval::EvalConfig {
+        url: args.url.trim_end_matches('/').to_string(),
+        model: args.model,
+        policy: args.policy,
+        backend: args.backend,
+        top_k: args.top_k,
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        concurrency: args.concurrency,
+        timeout: std::time::Duration::from_secs(args.timeout),
+        api_key: args.api_key,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let started = std::time::Instant::now();
+    let bar = ProgressBar::new(items.len() as u64).with_style(
+        ProgressStyle::with_template("eval {bar:40} {pos}/{len} ({eta}) {msg}")
+            .expect("valid progress template"),
+    );
+    let (served, results) = runtime.block_on(async {
+        let served = eval::served_model(&config).await;
+        let results = eval::run(&config, &items, |r| {
+            bar.inc(1);
+            if let Some(e) = &r.error_kind {
+                bar.set_message(format!("last failure: {e}"));
+            }
+        })
+        .await;
+        (served, results)
+    });
+    bar.finish_and_clear();
+    let summary = eval::Summary::new(
+        config,
+        args.dataset.display().to_string(),
+        served,
+        &results,
+        started.elapsed().as_secs_f64(),
+    );
+    print!("{}", summary.table());
+    if let Some(out) = &args.out {
+        let mut lines = String::new();
+        for r in &results {
+            lines.push_str(&serde_json::to_string(r)?);
+            lines.push('\n');
+        }
+        std::fs::write(out, lines).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+        let summary_path = out.with_extension("summary.json");
+        std::fs::write(
+            &summary_path,
+            serde_json::to_string_pretty(&summary)? + "\n",
+        )
+        .map_err(|e| anyhow::anyhow!("{}: {e}", summary_path.display()))?;
+        println!("wrote {} and {}", out.display(), summary_path.display());
     }
     Ok(())
 }

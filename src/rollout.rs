@@ -22,10 +22,10 @@
 //!    left open at EOS or at the budget counts as far as it got; otherwise the
 //!    profile's fallback applies.
 //!
-//! Events go out on a channel as they happen: reasoning (everything after the
-//! prompt besides the answer: the model's text, its search calls and the
-//! spliced documents, byte for byte), search calls, their results, and answer
-//! deltas. When the receiver is dropped the rollout stops, which drops the
+//! Events go out on a channel as they happen: reasoning (the model's text and
+//! its search calls) and splices (what seeker inserted) — together everything
+//! after the prompt besides the answer, byte for byte — search calls, their
+//! results, and answer deltas. When the receiver is dropped the rollout stops, which drops the
 //! engine stream and cancels generation.
 
 use std::collections::HashMap;
@@ -62,14 +62,19 @@ pub struct RolloutRequest {
     /// Continue the last message, an assistant message, instead of starting a
     /// new turn (vLLM's `continue_final_message`).
     pub continue_final_message: bool,
+    /// Documents per query instead of the profile's top-k.
+    pub top_k: Option<usize>,
 }
 
 /// Something that happened during a rollout, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RolloutEvent {
-    /// Trace text: the model's reasoning, its search calls and the spliced
-    /// documents, exactly as they enter the transcript.
+    /// Trace text the model generated: its reasoning and its search calls,
+    /// exactly as they enter the transcript.
     Reasoning(String),
+    /// Text seeker spliced into the transcript: a document block (or the
+    /// profile's text for no query, an invalid action, a failed search).
+    Splice(String),
     /// A search call: the cleaned queries and what cleaning changed. `round`
     /// counts generation rounds from 1; 0 is the search of the question before
     /// the first token.
@@ -324,7 +329,7 @@ impl<'a> Rollout<'a> {
             QuestionSearch::User => {
                 let splice = self.search(0, vec![question], Vec::new()).await?;
                 let block = format!("{}\n", splice.trim());
-                self.emit(RolloutEvent::Reasoning(block.clone())).await?;
+                self.emit(RolloutEvent::Splice(block.clone())).await?;
                 documents_first = Some(block);
             }
         }
@@ -576,7 +581,8 @@ impl<'a> Rollout<'a> {
         let fresh = if missing.is_empty() {
             Vec::new()
         } else {
-            self.ctx.backend.search(&missing, profile.top_k).await
+            let k = self.request.top_k.unwrap_or(profile.top_k);
+            self.ctx.backend.search(&missing, k).await
         };
         let mut fresh: HashMap<String, Result<Vec<Document>, String>> = missing
             .into_iter()
@@ -649,7 +655,7 @@ impl<'a> Rollout<'a> {
     async fn splice(&mut self, splice: String) -> Result<(), RolloutError> {
         self.transcript.push_str(&splice);
         self.since_splice.clear();
-        self.emit(RolloutEvent::Reasoning(splice)).await
+        self.emit(RolloutEvent::Splice(splice)).await
     }
 
     async fn finish(mut self, finish_reason: FinishReason) -> Result<RolloutOutcome, RolloutError> {

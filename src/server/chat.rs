@@ -30,6 +30,9 @@ use crate::rollout::{
 /// Largest request body accepted (axum's default limit), in bytes.
 pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
 
+/// Largest `search.top_k` a request may ask for.
+pub const MAX_TOP_K: u32 = 50;
+
 /// A request that passed validation.
 struct Validated {
     rollout: RolloutRequest,
@@ -184,6 +187,29 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
             ),
         )
     })?;
+    let mut top_k = None;
+    if let Some(search) = &req.search {
+        if let Some(backend) = &search.backend {
+            if backend != state.backend.name() {
+                return Err(ApiError::invalid_field(
+                    "search.backend",
+                    format!(
+                        "unknown search backend `{backend}`; this server has: {}",
+                        state.backend.name()
+                    ),
+                ));
+            }
+        }
+        if let Some(k) = search.top_k {
+            if !(1..=MAX_TOP_K).contains(&k) {
+                return Err(ApiError::invalid_field(
+                    "search.top_k",
+                    format!("search.top_k must be between 1 and {MAX_TOP_K}"),
+                ));
+            }
+            top_k = Some(k as usize);
+        }
+    }
     Ok(Validated {
         rollout: RolloutRequest {
             messages,
@@ -191,6 +217,7 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
             temperature: req.temperature,
             top_p: req.top_p,
             continue_final_message,
+            top_k,
         },
         profile,
         stream: req.stream.unwrap_or(false),
@@ -252,7 +279,7 @@ fn seeker_event(event: &RolloutEvent) -> Option<SeekerEvent> {
             error: r.error.clone(),
             cached: r.cached,
         }),
-        RolloutEvent::Reasoning(_) | RolloutEvent::Answer(_) => None,
+        RolloutEvent::Reasoning(_) | RolloutEvent::Splice(_) | RolloutEvent::Answer(_) => None,
     }
 }
 
@@ -317,7 +344,7 @@ async fn complete(state: Arc<AppState>, ctx: RolloutContext, validated: Validate
     let collect = async {
         let mut reasoning = String::new();
         while let Some(event) = rx.recv().await {
-            if let RolloutEvent::Reasoning(text) = event {
+            if let RolloutEvent::Reasoning(text) | RolloutEvent::Splice(text) = event {
                 reasoning.push_str(&text);
             }
         }
@@ -391,6 +418,14 @@ fn stream(
                 continue;
             }
             let delta = match event {
+                RolloutEvent::Splice(text) => {
+                    // Spliced text is trace too, marked so clients can tell it from
+                    // generated text.
+                    let delta = Delta { reasoning_content: Some(text), ..Delta::default() };
+                    let event = SeekerEvent::Splice;
+                    yield Ok(chunk(delta, None, Some(SeekerChunk::Event { event })));
+                    continue;
+                }
                 RolloutEvent::Reasoning(text) => Delta { reasoning_content: Some(text), ..Delta::default() },
                 RolloutEvent::Answer(text) => Delta { content: Some(text), ..Delta::default() },
                 RolloutEvent::Search { .. } | RolloutEvent::Results(_) => continue,

@@ -46,6 +46,21 @@ pub struct ChatCompletionRequest {
     /// Extension: return `seeker.transcript` and `seeker.rounds`.
     #[serde(default)]
     pub return_transcript: Option<bool>,
+    /// Extension: search settings for this request.
+    #[serde(default)]
+    pub search: Option<SearchOptions>,
+}
+
+/// The `search` request extension.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchOptions {
+    /// Backend name; only the configured one (`tantivy`) exists so far.
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// Documents per query, 1 to 50, instead of the profile's top-k.
+    #[serde(default)]
+    pub top_k: Option<u32>,
 }
 
 /// One message. `content` is a string or an array of `{"type": "text", "text"}` parts.
@@ -165,6 +180,10 @@ pub enum SeekerEvent {
         #[serde(skip_serializing_if = "Vec::is_empty")]
         notes: Vec<String>,
     },
+    /// The chunk's `reasoning_content` was spliced by seeker (documents, or the
+    /// profile's text for no query, an invalid action or a failed search), not
+    /// generated.
+    Splice,
     /// One query's documents.
     Results {
         round: usize,

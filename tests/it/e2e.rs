@@ -216,6 +216,10 @@ async fn real_model_searches_real_wikipedia_and_answers_streamed_and_not() {
 
     every_profile_continues_a_search_call_with_the_real_model(&client, &server.base).await;
     cjk_and_emoji_stream_without_replacement_characters(&client, &server.base).await;
+    let base = server.base.clone();
+    tokio::task::spawn_blocking(move || eval_runs_against_the_real_server(&base))
+        .await
+        .unwrap();
 }
 
 /// For each profile: an assistant message that ends in a search call is
@@ -329,5 +333,79 @@ async fn cjk_and_emoji_stream_without_replacement_characters(client: &reqwest::C
     assert_eq!(
         v["choices"][0]["message"]["reasoning_content"].as_str(),
         Some(reasoning.as_str())
+    );
+}
+
+/// `seeker eval` on the first 20 FanOutQA dev sub-questions whose evidence
+/// article is in the default corpus, against the real server.
+fn eval_runs_against_the_real_server(base: &str) {
+    let dataset = default_data("data/fanoutqa/dev.json");
+    let corpus = default_data("data/wiki/corpus.jsonl");
+    let tmp = tempfile::tempdir().unwrap();
+    let out_path = tmp.path().join("results.jsonl");
+    let out = Command::new(SEEKER)
+        .arg("eval")
+        .arg("--dataset")
+        .arg(&dataset)
+        .args([
+            "--fanoutqa-subquestions",
+            "--limit",
+            "20",
+            "--max-tokens",
+            "32",
+        ])
+        .arg("--evidence-in")
+        .arg(&corpus)
+        .args(["--url", base, "--out"])
+        .arg(&out_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for row in [
+        "EM",
+        "cover-EM",
+        "F1",
+        "answer recall of spliced documents",
+        "seconds / question",
+    ] {
+        assert!(
+            stdout.contains(row),
+            "{row} missing from the table:\n{stdout}"
+        );
+    }
+    let lines: Vec<Value> = std::fs::read_to_string(&out_path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 20);
+    for line in &lines {
+        for key in ["question", "golds", "prediction", "em", "f1", "transcript"] {
+            assert!(line.get(key).is_some(), "{key} missing in {line}");
+        }
+        assert!(line["error"].is_null(), "{line}");
+    }
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("results.summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["questions"], 20);
+    assert_eq!(summary["completed"], 20);
+    assert_eq!(summary["served_model"], "SmolLM2-135M-Instruct");
+    assert_eq!(summary["config"]["max_tokens"], 32);
+    // Retrieval alone finds the gold answer for some of these questions: BM25 over
+    // the lead paragraphs, deterministic, so this does not depend on the model.
+    let recall = summary["answer_recall"].as_f64().unwrap();
+    assert!(recall >= 0.1, "answer recall {recall}");
+    let ttft = summary["time_to_first_token_s"]["p50"].as_f64().unwrap();
+    let seconds = summary["seconds_per_question"]["p50"].as_f64().unwrap();
+    assert!(
+        ttft > 0.0 && ttft < seconds,
+        "ttft {ttft}, seconds {seconds}"
     );
 }

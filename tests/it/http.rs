@@ -151,6 +151,20 @@ async fn streamed_completion_is_chunks_then_done_and_matches_non_streamed() {
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "stop");
     assert_eq!(last["seeker"]["searches"], 1);
+    // Search events arrive as they happen; spliced text is marked as such.
+    let events: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["seeker"]["event"]["type"].as_str())
+        .collect();
+    assert_eq!(events, ["search", "results", "splice"]);
+    let splice = chunks
+        .iter()
+        .find(|c| c["seeker"]["event"]["type"] == "splice")
+        .unwrap();
+    assert!(splice["choices"][0]["delta"]["reasoning_content"]
+        .as_str()
+        .unwrap()
+        .starts_with("\n\n<information>Doc 1"));
 
     let (_, body) = send(
         state(Some(script())),

@@ -49,6 +49,7 @@ fn request(messages: Vec<ChatTurn>) -> RolloutRequest {
         temperature: None,
         top_p: None,
         continue_final_message: false,
+        top_k: None,
     }
 }
 
@@ -223,9 +224,9 @@ async fn a_model_written_document_block_is_never_trusted() {
          between <search> and </search>. If I want to give the final answer, I should put the \
          answer between <answer> and </answer>. Let me try again.\n"
     ));
-    assert!(!events
-        .iter()
-        .any(|e| matches!(e, RolloutEvent::Reasoning(t) if t.contains("fake"))));
+    assert!(!events.iter().any(
+        |e| matches!(e, RolloutEvent::Reasoning(t) | RolloutEvent::Splice(t) if t.contains("fake"))
+    ));
     assert_eq!(outcome.rounds[0].outcome, RoundOutcome::InvalidAction);
 
     // R1-Searcher's evaluation ends the rollout instead.

@@ -23,6 +23,7 @@ fn request(question: &str, max_tokens: usize) -> RolloutRequest {
         temperature: None,
         top_p: None,
         continue_final_message: false,
+        top_k: None,
     }
 }
 
@@ -67,7 +68,7 @@ fn reasoning_text(events: &[RolloutEvent]) -> String {
     events
         .iter()
         .filter_map(|e| match e {
-            RolloutEvent::Reasoning(t) => Some(t.as_str()),
+            RolloutEvent::Reasoning(t) | RolloutEvent::Splice(t) => Some(t.as_str()),
             _ => None,
         })
         .collect()
@@ -302,4 +303,19 @@ async fn documents_that_fill_the_context_end_the_answer_with_length() {
         result,
         Err(RolloutError::Engine(EngineError::ContextLength { .. }))
     ));
+}
+
+#[tokio::test]
+async fn a_request_top_k_overrides_the_profiles() {
+    let engine = ScriptedEngine::new([
+        vec!["<search> Mona Lisa painter </search>"],
+        vec!["<answer> x </answer>"],
+    ]);
+    let ctx = context(&engine, mona_lisa(), profile("search-r1"));
+    let req = RolloutRequest {
+        top_k: Some(1),
+        ..request("q", 64)
+    };
+    let (result, _) = collect(&ctx, &req).await;
+    assert_eq!(result.unwrap().documents.len(), 1);
 }

@@ -1,0 +1,192 @@
+//! QA metrics as the search-policy papers compute them (`../shared/PROTOCOLS.md`
+//! §5; the SQuAD normalisation their scripts share): exact match (EM), cover-EM
+//! and token F1, each the maximum over the gold answers.
+//!
+//! Normalisation: Unicode NFKC (full-width letters and digits become ASCII,
+//! ligatures split), lower case, punctuation removed (ASCII punctuation and the
+//! Unicode quotes, dashes and ellipsis answers carry), the articles `a`, `an`,
+//! `the` removed, whitespace collapsed.
+//!
+//! Guards: an empty prediction never matches, and a gold answer that normalises
+//! to nothing (e.g. "The", "a") matches nothing, so an empty prediction can
+//! never score by matching an empty gold.
+
+use std::collections::HashMap;
+
+use unicode_normalization::UnicodeNormalization;
+
+/// Characters removed as punctuation besides ASCII punctuation.
+const UNICODE_PUNCTUATION: &[char] = &[
+    '‘', '’', '‚', '‛', '“', '”', '„', '‟', '´', '`', '–', '—', '―', '…', '«', '»', '‹', '›', '¿',
+    '¡', '·', '•', '、', '。', '，', '：', '；', '！', '？', '（', '）', '「', '」', '『', '』',
+    '【', '】',
+];
+
+/// The normalised form of `text` (see the module documentation).
+pub fn normalize(text: &str) -> String {
+    let folded: String = text
+        .nfkc()
+        .flat_map(char::to_lowercase)
+        .filter(|c| !c.is_ascii_punctuation() && !UNICODE_PUNCTUATION.contains(c))
+        .collect();
+    folded
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "a" | "an" | "the"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn tokens(normalized: &str) -> Vec<&str> {
+    normalized.split_whitespace().collect()
+}
+
+/// Exact match: the normalised prediction equals a normalised gold (1.0 or 0.0).
+pub fn exact_match(prediction: &str, golds: &[String]) -> f64 {
+    let p = normalize(prediction);
+    if p.is_empty() {
+        return 0.0;
+    }
+    let hit = golds.iter().any(|g| {
+        let g = normalize(g);
+        !g.is_empty() && g == p
+    });
+    if hit {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Cover-EM (R1-Searcher): every token of a normalised gold occurs in the
+/// normalised prediction (1.0 or 0.0).
+pub fn cover_exact_match(prediction: &str, golds: &[String]) -> f64 {
+    let p = normalize(prediction);
+    let p_tokens = tokens(&p);
+    if p_tokens.is_empty() {
+        return 0.0;
+    }
+    let hit = golds.iter().any(|g| {
+        let g = normalize(g);
+        let g_tokens = tokens(&g);
+        !g_tokens.is_empty() && g_tokens.iter().all(|t| p_tokens.contains(t))
+    });
+    if hit {
+        1.0
+    } else {
+        0.0
+    }
+}
+
+/// Token F1 between the normalised prediction and each gold, the best one.
+pub fn f1(prediction: &str, golds: &[String]) -> f64 {
+    let p = normalize(prediction);
+    let p_tokens = tokens(&p);
+    golds
+        .iter()
+        .map(|g| {
+            let g = normalize(g);
+            let g_tokens = tokens(&g);
+            if p_tokens.is_empty() || g_tokens.is_empty() {
+                return 0.0;
+            }
+            let mut counts: HashMap<&str, i64> = HashMap::new();
+            for t in &g_tokens {
+                *counts.entry(t).or_default() += 1;
+            }
+            let mut common = 0i64;
+            for t in &p_tokens {
+                if let Some(c) = counts.get_mut(t) {
+                    if *c > 0 {
+                        *c -= 1;
+                        common += 1;
+                    }
+                }
+            }
+            if common == 0 {
+                return 0.0;
+            }
+            let precision = common as f64 / p_tokens.len() as f64;
+            let recall = common as f64 / g_tokens.len() as f64;
+            2.0 * precision * recall / (precision + recall)
+        })
+        .fold(0.0, f64::max)
+}
+
+/// True when a normalised gold occurs, on word boundaries, in the normalised
+/// `text` (answer recall of retrieved documents).
+pub fn contains_answer(text: &str, golds: &[String]) -> bool {
+    let t = format!(" {} ", normalize(text));
+    golds.iter().any(|g| {
+        let g = normalize(g);
+        !g.is_empty() && t.contains(&format!(" {g} "))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn golds(g: &[&str]) -> Vec<String> {
+        g.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn normalisation_follows_squad_with_unicode_forms() {
+        assert_eq!(normalize("The  Eiffel-Tower!"), "eiffeltower");
+        assert_eq!(normalize("Paris."), "paris");
+        assert_eq!(normalize("Ｐａｒｉｓ．"), "paris");
+        assert_eq!(normalize("“Leonardo da Vinci”"), "leonardo da vinci");
+        assert_eq!(normalize("an apple a day"), "apple day");
+    }
+
+    #[test]
+    fn trailing_punctuation_and_full_width_forms_match() {
+        assert_eq!(exact_match("Paris.", &golds(&["Paris"])), 1.0);
+        assert_eq!(exact_match("Ｐａｒｉｓ", &golds(&["paris"])), 1.0);
+        assert_eq!(exact_match("the Paris", &golds(&["Paris"])), 1.0);
+        // Accents are kept: NFKC composes, it does not strip.
+        assert_eq!(exact_match("Jose", &golds(&["José"])), 0.0);
+        assert_eq!(exact_match("Jose\u{301}", &golds(&["José"])), 1.0);
+    }
+
+    #[test]
+    fn golds_that_normalise_to_nothing_never_match() {
+        for g in ["A", "The", "an", "...", ""] {
+            assert_eq!(exact_match("", &golds(&[g])), 0.0, "{g:?}");
+            assert_eq!(exact_match("the", &golds(&[g])), 0.0, "{g:?}");
+            assert_eq!(cover_exact_match("", &golds(&[g])), 0.0, "{g:?}");
+            assert_eq!(f1("", &golds(&[g])), 0.0, "{g:?}");
+        }
+        // An empty prediction never matches a real gold either.
+        assert_eq!(exact_match("   ", &golds(&["Paris"])), 0.0);
+        assert_eq!(f1("", &golds(&["Paris"])), 0.0);
+    }
+
+    #[test]
+    fn the_best_of_several_golds_counts() {
+        let g = golds(&["Leonardo da Vinci", "Leonardo", "da Vinci"]);
+        assert_eq!(exact_match("Leonardo", &g), 1.0);
+        assert_eq!(exact_match("Michelangelo", &g), 0.0);
+        // F1 against "da Vinci": precision 2/3, recall 1.
+        assert!((f1("Leonardo's da Vinci", &g) - 0.8).abs() < 1e-9);
+        assert!((f1("painted by Leonardo da Vinci", &g) - 0.75).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cover_em_needs_every_gold_token() {
+        let g = golds(&["Leonardo da Vinci"]);
+        assert_eq!(
+            cover_exact_match("It was painted by Leonardo da Vinci in 1503.", &g),
+            1.0
+        );
+        assert_eq!(cover_exact_match("It was Leonardo.", &g), 0.0);
+    }
+
+    #[test]
+    fn answer_recall_matches_whole_words_only() {
+        let g = golds(&["Paris"]);
+        assert!(contains_answer("Paris is the capital of France.", &g));
+        assert!(!contains_answer("Parisian cafés", &g));
+        assert!(!contains_answer("anything", &golds(&["The"])));
+    }
+}
