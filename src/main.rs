@@ -55,7 +55,7 @@ enum Command {
     },
     /// Evaluate a QA dataset against a running server (EM, cover-EM, F1, answer
     /// recall of the spliced documents, searches, latency).
-    Eval(EvalArgs),
+    Eval(Box<EvalArgs>),
     /// List the policy profiles.
     Policies {
         /// Profile directory.
@@ -132,7 +132,7 @@ fn main() -> ExitCode {
             query,
         } => cmd_search(&index, top_k, &query.join(" ")),
         Command::Policies { dir } => cmd_policies(&dir),
-        Command::Eval(args) => cmd_eval(args),
+        Command::Eval(args) => cmd_eval(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
