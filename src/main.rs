@@ -112,6 +112,13 @@ struct EvalArgs {
     /// Bearer key for the server.
     #[arg(long, env = "SEEKER_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// No server and no model: search each question in the local index and
+    /// report the answer recall of its top-k (what a question search splices).
+    #[arg(long)]
+    retrieval_only: bool,
+    /// Index for --retrieval-only.
+    #[arg(long, default_value = "data/wiki/index")]
+    index: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -245,6 +252,9 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
         "no questions to evaluate in {}",
         args.dataset.display()
     );
+    if args.retrieval_only {
+        return eval_retrieval(&args, &items);
+    }
     let config = eval::EvalConfig {
         url: args.url.trim_end_matches('/').to_string(),
         model: args.model,
@@ -299,6 +309,45 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
         )
         .map_err(|e| anyhow::anyhow!("{}: {e}", summary_path.display()))?;
         println!("wrote {} and {}", out.display(), summary_path.display());
+    }
+    Ok(())
+}
+
+/// `seeker eval --retrieval-only`: answer recall of the local index's top-k for
+/// each question, no generation.
+fn eval_retrieval(args: &EvalArgs, items: &[seeker::eval::dataset::QaItem]) -> anyhow::Result<()> {
+    use seeker::eval::metrics::contains_answer;
+
+    let index = Bm25Index::open(&args.index)?;
+    let k = args.top_k.unwrap_or(3);
+    let mut lines = String::new();
+    let mut found = 0usize;
+    for item in items {
+        let docs = index.search(&item.question, k)?;
+        let hit = docs
+            .iter()
+            .any(|d| contains_answer(&format!("{} {}", d.title, d.text), &item.golds));
+        found += usize::from(hit);
+        lines.push_str(&serde_json::to_string(&serde_json::json!({
+            "id": item.id,
+            "question": item.question,
+            "golds": item.golds,
+            "answer_in_documents": hit,
+            "documents": docs.iter().map(|d| &d.title).collect::<Vec<_>>(),
+        }))?);
+        lines.push('\n');
+    }
+    let recall = found as f64 / items.len() as f64;
+    println!(
+        "questions {}\nanswer recall@{k} of {} ({} documents): {recall:.3} ({found} of {})",
+        items.len(),
+        args.index.display(),
+        index.num_docs(),
+        items.len()
+    );
+    if let Some(out) = &args.out {
+        std::fs::write(out, lines).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+        println!("wrote {}", out.display());
     }
     Ok(())
 }
