@@ -4,8 +4,8 @@
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
-# Portable AVX2 build (see .cargo/config.toml); pass --build-arg RUSTFLAGS=... to change.
-ARG RUSTFLAGS=""
+# Portable AVX2 build: .cargo/config.toml sets -C target-cpu=x86-64-v3 (a RUSTFLAGS
+# variable, even an empty one, would replace it).
 RUN cargo build --release --locked && cp target/release/seeker /usr/local/bin/seeker
 
 FROM debian:bookworm-slim

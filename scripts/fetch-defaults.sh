@@ -128,5 +128,6 @@ rm -rf "$INDEX"
 if [[ -n ${SEEKER_BIN:-} ]]; then
   "$SEEKER_BIN" index --corpus "$CORPUS" --index "$INDEX"
 else
-  cargo run --release --quiet -- index --corpus "$CORPUS" --index "$INDEX"
+  echo "fetch-defaults: building seeker (release) to index the corpus; a cold build takes ~20 minutes on 2 cores" >&2
+  cargo run --release -- index --corpus "$CORPUS" --index "$INDEX"
 fi

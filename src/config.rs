@@ -50,9 +50,12 @@ pub struct ModelConfig {
     pub id: String,
     /// GGUF file with weights, tokenizer and chat template.
     pub gguf: PathBuf,
-    /// Activation dtype; `f32` is the fastest on CPU (`../shared/DESIGN.md`).
+    /// Activation dtype; `f32` is the fastest on CPU (`bench/README.md`).
     pub dtype: ActivationDtype,
-    /// Sequences the engine runs at once.
+    /// Sequences the engine runs at once. 1 (the default) serves requests one
+    /// after another: on a CPU, running sequences of different lengths together
+    /// is slower in total (measured: 4 questions 140 s together, 58 s in turn)
+    /// and makes greedy output depend on what else runs.
     pub max_num_seqs: usize,
 }
 
@@ -62,7 +65,7 @@ impl Default for ModelConfig {
             id: "SmolLM2-135M-Instruct".into(),
             gguf: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
             dtype: ActivationDtype::F32,
-            max_num_seqs: 16,
+            max_num_seqs: 1,
         }
     }
 }
@@ -126,45 +129,78 @@ impl Default for GenerationConfig {
 pub enum ConfigError {
     #[error("config file {0} not found")]
     NotFound(PathBuf),
+    #[error("config file {0} is not a file")]
+    NotAFile(PathBuf),
     #[error("invalid configuration: {0}")]
     Invalid(String),
+    /// A `SEEKER_<SECTION>__<KEY>` variable that names no setting or holds a
+    /// value of the wrong type.
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
 }
 
 impl Config {
     /// Loads defaults, then `file` (or [`DEFAULT_CONFIG_FILE`] if it exists),
-    /// then `SEEKER_<SECTION>__<KEY>` variables from `env`.
+    /// then `SEEKER_<SECTION>__<KEY>` variables from `env`, each parsed as the
+    /// type of the setting it names.
     ///
     /// # Errors
-    /// A named file that does not exist, unknown keys, wrong types.
+    /// A named file that does not exist, unknown keys, wrong types (with the
+    /// file or variable and the key).
     pub fn load(
         file: Option<&Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         match file {
-            Some(path) if !path.is_file() => return Err(ConfigError::NotFound(path.into())),
+            Some(path) if !path.exists() => return Err(ConfigError::NotFound(path.into())),
+            Some(path) if !path.is_file() => return Err(ConfigError::NotAFile(path.into())),
             Some(path) => figment = figment.merge(Toml::file_exact(path)),
             None if Path::new(DEFAULT_CONFIG_FILE).is_file() => {
                 figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_FILE));
             }
             None => {}
         }
+        let defaults = serde_json::to_value(Config::default()).expect("config serialises");
         // Only SEEKER_SECTION__KEY variables are configuration; other SEEKER_*
-        // variables (SEEKER_BIN for scripts) are not.
-        let vars: Vec<(String, String)> = env
-            .into_iter()
-            .filter_map(|(k, v)| {
-                let rest = k.strip_prefix("SEEKER_")?;
-                rest.contains("__")
-                    .then(|| (rest.to_ascii_lowercase().replace("__", "."), v))
-            })
-            .collect();
-        for (key, value) in vars {
-            figment = figment.merge((key, parse_env_value(&value)));
+        // variables (SEEKER_BIN for scripts, SEEKER_API_KEY for eval) are not.
+        for (var, raw) in env {
+            let Some(rest) = var.strip_prefix("SEEKER_") else {
+                continue;
+            };
+            let Some((section, key)) = rest.split_once("__") else {
+                continue;
+            };
+            let (section, key) = (section.to_ascii_lowercase(), key.to_ascii_lowercase());
+            let value =
+                env_value(&defaults[&section][&key], &raw).map_err(|message| ConfigError::Env {
+                    var: var.clone(),
+                    message,
+                })?;
+            figment = figment.merge((format!("{section}.{key}"), value));
         }
-        let config: Config = figment
-            .extract()
-            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let config: Config = figment.extract().map_err(|e| {
+            ConfigError::Invalid(
+                e.into_iter()
+                    .map(|e| {
+                        let source = e
+                            .metadata
+                            .as_ref()
+                            .and_then(|m| m.source.as_ref())
+                            .map(|s| format!("{s}: "))
+                            .unwrap_or_default();
+                        let key = e.path.join(".");
+                        let key = if key.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{key}: ")
+                        };
+                        format!("{source}{key}{}", e.kind)
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            )
+        })?;
         config.validate()?;
         Ok(config)
     }
@@ -180,21 +216,32 @@ impl Config {
                 "generation.max_tokens exceeds generation.max_tokens_limit".into(),
             ));
         }
+        if self.model.max_num_seqs == 0 {
+            return Err(ConfigError::Invalid(
+                "model.max_num_seqs must be at least 1".into(),
+            ));
+        }
         Ok(())
     }
 }
 
-/// Environment values are typed like TOML values: numbers and booleans parse,
-/// anything else is a string.
-fn parse_env_value(raw: &str) -> figment::value::Value {
+/// An environment value parsed as the type of the setting's default:
+/// strings stay strings (`SEEKER_MODEL__ID=12345` is the id "12345").
+fn env_value(default: &serde_json::Value, raw: &str) -> Result<figment::value::Value, String> {
     use figment::value::Value;
-    if let Ok(n) = raw.parse::<i64>() {
-        return Value::from(n);
+    match default {
+        serde_json::Value::Null => Err("no such setting (see config/seeker.toml)".into()),
+        serde_json::Value::String(_) => Ok(Value::from(raw.to_string())),
+        serde_json::Value::Bool(_) => raw
+            .parse::<bool>()
+            .map(Value::from)
+            .map_err(|_| format!("expected true or false, got {raw:?}")),
+        serde_json::Value::Number(_) => raw
+            .parse::<u64>()
+            .map(Value::from)
+            .map_err(|_| format!("expected a non-negative integer, got {raw:?}")),
+        _ => Err("this setting cannot be set from the environment".into()),
     }
-    if let Ok(b) = raw.parse::<bool>() {
-        return Value::from(b);
-    }
-    Value::from(raw.to_string())
 }
 
 #[cfg(test)]
@@ -208,22 +255,57 @@ mod tests {
         assert_eq!(config, Config::default());
     }
 
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
     fn env_overrides_and_unknown_keys() {
-        let env = [
-            ("SEEKER_SERVER__PORT".to_string(), "9000".to_string()),
-            ("SEEKER_MODEL__ID".to_string(), "m".to_string()),
-            ("SEEKER_BIN".to_string(), "ignored".to_string()),
-        ];
-        let config = Config::load(None, env).unwrap();
+        let config = Config::load(
+            None,
+            env(&[
+                ("SEEKER_SERVER__PORT", "9000"),
+                ("SEEKER_MODEL__ID", "12345"),
+                ("SEEKER_POLICY__DEFAULT", "true"),
+                ("SEEKER_BIN", "ignored"),
+            ]),
+        )
+        .unwrap();
         assert_eq!(config.server.port, 9000);
-        assert_eq!(config.model.id, "m");
+        // String settings stay strings, whatever they look like.
+        assert_eq!(config.model.id, "12345");
+        assert_eq!(config.policy.default, "true");
+
+        let err = Config::load(None, env(&[("SEEKER_SERVER__PORT", "notaport")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("SEEKER_SERVER__PORT") && err.contains("notaport"),
+            "{err}"
+        );
+        let err = Config::load(None, env(&[("SEEKER_SERVER__PROT", "1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("SEEKER_SERVER__PROT") && err.contains("no such setting"),
+            "{err}"
+        );
+        let err = Config::load(None, env(&[("SEEKER_SERVER__PORT", "70000")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.port"), "{err}");
 
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("bad.toml");
         std::fs::write(&file, "[server]\nprot = 1\n").unwrap();
         let err = Config::load(Some(&file), []).unwrap_err().to_string();
-        assert!(err.contains("prot"), "{err}");
+        assert!(err.contains("prot") && err.contains("bad.toml"), "{err}");
+        assert!(!err.contains("figment"), "{err}");
+        let err = Config::load(Some(dir.path()), []).unwrap_err().to_string();
+        assert!(err.contains("not a file"), "{err}");
         let err = Config::load(Some(&dir.path().join("missing.toml")), [])
             .unwrap_err()
             .to_string();

@@ -46,9 +46,9 @@ enum Command {
         /// Index directory built by `seeker index`.
         #[arg(long, default_value = "data/wiki/index")]
         index: PathBuf,
-        /// Number of documents.
-        #[arg(short = 'k', long, default_value_t = 3)]
-        top_k: usize,
+        /// Number of documents (at least 1).
+        #[arg(short = 'k', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+        top_k: u32,
         /// The query (any text).
         #[arg(required = true, num_args = 1..)]
         query: Vec<String>,
@@ -122,10 +122,13 @@ struct EvalArgs {
 }
 
 fn main() -> ExitCode {
+    // RUST_LOG overrides. mistral.rs's GGUF loader warns "a mix of GPU and CPU"
+    // on every CPU-only load, which misleads on machines without a GPU.
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "seeker=info,tower_http=warn,warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                "seeker=info,tower_http=info,mistralrs_core::pipeline::gguf=error,warn".into()
+            }),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -137,7 +140,7 @@ fn main() -> ExitCode {
             index,
             top_k,
             query,
-        } => cmd_search(&index, top_k, &query.join(" ")),
+        } => cmd_search(&index, top_k as usize, &query.join(" ")),
         Command::Policies { dir } => cmd_policies(&dir),
         Command::Eval(args) => cmd_eval(*args),
     };
@@ -209,9 +212,15 @@ fn cmd_search(index: &Path, top_k: usize, query: &str) -> anyhow::Result<()> {
 }
 
 fn cmd_policies(dir: &Path) -> anyhow::Result<()> {
+    // The config's default policy, when the config loads.
+    let default = Config::load(None, std::env::vars())
+        .map(|c| c.policy.default)
+        .unwrap_or_default();
     for (name, p) in Profile::load_dir(dir)? {
+        let marker = if name == default { " (default)" } else { "" };
         println!(
-            "{name:22} top-k {}, {} searches, {}\n{:22} {}",
+            "{:30} top-k {}, {} searches, {}\n{:30} {}",
+            format!("{name}{marker}"),
             p.top_k,
             p.max_searches,
             p.source.display(),
@@ -219,7 +228,7 @@ fn cmd_policies(dir: &Path) -> anyhow::Result<()> {
             p.description
         );
         if let Some(why) = &p.unconfirmed {
-            println!("{:22} unconfirmed: {why}", "");
+            println!("{:30} unconfirmed: {why}", "");
         }
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! query is cleaned and split, the document block the policy was trained on,
 //! what to splice when there is nothing to search or nothing found, and the
 //! rollout limits. The formats reproduced are documented, with their sources,
-//! in `../shared/PROTOCOLS.md` and in each profile file.
+//! in each profile file and in the README's Policies section.
 //!
 //! Loading is strict: an unknown or missing key, a key that does not apply to
 //! the prompt format, or a template that names an unknown field is an error
@@ -177,18 +177,20 @@ struct RolloutSpec {
 /// A profile could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
-    #[error("cannot read policy profile {file}: {source}")]
+    #[error("cannot read policy profile {file}: {error}")]
     Io {
         file: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
+    #[error("no policy profiles (*.toml) in {0}")]
+    Empty(PathBuf),
     #[error("policy profile {file}: {message}")]
     Parse { file: PathBuf, message: String },
-    #[error("policy profile {file}: key `{key}`: {source}")]
+    #[error("policy profile {file}: key `{key}`: {error}")]
     Template {
         file: PathBuf,
         key: &'static str,
-        source: TemplateError,
+        error: TemplateError,
     },
     #[error("policy profile {file}: key `{key}`: {message}")]
     Invalid {
@@ -300,9 +302,9 @@ impl Profile {
     /// # Errors
     /// [`ProfileError`] naming the file and, where it applies, the key.
     pub fn load(path: &Path) -> Result<Self, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io {
+        let text = std::fs::read_to_string(path).map_err(|error| ProfileError::Io {
             file: path.to_path_buf(),
-            source,
+            error,
         })?;
         Self::parse(&text, path)
     }
@@ -318,10 +320,10 @@ impl Profile {
             message: e.to_string().trim_end().replace('\n', " "),
         })?;
         let template = |key: &'static str, src: &str, allowed: &[&str]| {
-            Template::parse(src, allowed).map_err(|source| ProfileError::Template {
+            Template::parse(src, allowed).map_err(|error| ProfileError::Template {
                 file: file.clone(),
                 key,
-                source,
+                error,
             })
         };
         let invalid = |key: &'static str, message: &str| ProfileError::Invalid {
@@ -433,11 +435,11 @@ impl Profile {
     /// Loads every `*.toml` in `dir`, keyed by profile name.
     ///
     /// # Errors
-    /// The first file that fails, or two files with the same name.
+    /// The first file that fails, two files with the same name, or no profile.
     pub fn load_dir(dir: &Path) -> Result<BTreeMap<String, Profile>, ProfileError> {
-        let entries = std::fs::read_dir(dir).map_err(|source| ProfileError::Io {
+        let entries = std::fs::read_dir(dir).map_err(|error| ProfileError::Io {
             file: dir.to_path_buf(),
-            source,
+            error,
         })?;
         let mut paths: Vec<PathBuf> = entries
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -455,6 +457,9 @@ impl Profile {
                 });
             }
             profiles.insert(profile.name.clone(), profile);
+        }
+        if profiles.is_empty() {
+            return Err(ProfileError::Empty(dir.to_path_buf()));
         }
         Ok(profiles)
     }

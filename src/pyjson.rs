@@ -1,6 +1,6 @@
 //! JSON written exactly as Python's `json.dumps(obj, indent=2)` writes it, for
 //! policies trained on such text (RAG-R1's multi-query splice,
-//! `../shared/PROTOCOLS.md` §2): two-space indent, item separator `","` then a
+//! arXiv 2507.02962, inclusionAI/AgenticLearning): two-space indent, item separator `","` then a
 //! newline, key separator `": "`, keys in insertion order, and `ensure_ascii`:
 //! every character outside ASCII `' '..='~'` as `\uXXXX` in lower-case hex (a
 //! surrogate pair outside the BMP), except `\n`, `\r`, `\t`, `\b`, `\f`.

@@ -398,7 +398,14 @@ impl<'a> Rollout<'a> {
                     .prompt_tokens
                     .saturating_sub(self.generated_before_round);
                 while end.is_none() && engine_finish.is_none() {
-                    match generation.events.recv().await {
+                    let next = tokio::select! {
+                        // The client left: stop now, not at the next token (a long
+                        // prefill emits nothing for a while). Dropping the stream
+                        // cancels the engine.
+                        () = self.events.closed() => return Err(RolloutError::Cancelled),
+                        next = generation.events.recv() => next,
+                    };
+                    match next {
                         Some(Ok(EngineEvent::Text { text, tokens })) => {
                             self.usage.completion_tokens += tokens;
                             round_tokens += tokens;

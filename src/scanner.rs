@@ -12,7 +12,7 @@
 //!   tag is held back until it either completes the tag or can no longer become one
 //!   (`</b>`, `a <sea creature>`), and is then released exactly once;
 //! - the round ends at the FIRST closing tag in generation order (Search-R1,
-//!   `../shared/PROTOCOLS.md` §1); everything after it is discarded, which also
+//!   arXiv 2503.09516); everything after it is discarded, which also
 //!   drops the extra token mistral.rs emits after a stop string;
 //! - a document block the model starts writing itself (the profile's
 //!   `documents_open`, e.g. `<information>`) is never trusted: the round is cut there.

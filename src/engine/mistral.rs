@@ -1,7 +1,8 @@
 //! The embedded engine: a local GGUF model run by mistral.rs 0.8.1 on the CPU
 //! (CUDA with the `cuda` feature), loaded from a local file with no network.
 //!
-//! Facts this module is built around (measured, see `../shared/DESIGN.md`):
+//! Facts this module is built around (read from mistral.rs 0.8.1 and measured;
+//! numbers in `bench/README.md`):
 //! - The high-level `GgufModelBuilder` always picks the activation dtype itself
 //!   (F16 on CPU, 2x slower than F32 here); the lower-level loader used below
 //!   takes an explicit [`ModelDType`].
@@ -42,7 +43,7 @@ use super::{
 #[serde(rename_all = "lowercase")]
 pub enum ActivationDtype {
     /// Fastest on CPU here: 72 prefill / 38 decode tok/s vs 54 / 27 for F16
-    /// (SmolLM2-135M Q4_1, AVX2 build, `../shared/DESIGN.md`).
+    /// (SmolLM2-135M Q4_1, AVX2 build; `bench/README.md`).
     F32,
     F16,
     Bf16,

@@ -41,11 +41,8 @@ pub enum FanoutMode {
 pub enum DatasetError {
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
 }
 
 /// Every leaf of a JSON answer as a string (strings, numbers, booleans).
@@ -72,9 +69,9 @@ fn leaves(answer: &Value, out: &mut Vec<String>) {
 /// (with its line or index).
 pub fn load(path: &Path, mode: FanoutMode) -> Result<Vec<QaItem>, DatasetError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| DatasetError::Io {
+    let text = std::fs::read_to_string(path).map_err(|error| DatasetError::Io {
         path: shown.clone(),
-        source,
+        error,
     })?;
     let invalid = |message: String| DatasetError::Invalid {
         path: shown.clone(),

@@ -1,5 +1,5 @@
-//! QA metrics as the search-policy papers compute them (`../shared/PROTOCOLS.md`
-//! §5; the SQuAD normalisation their scripts share): exact match (EM), cover-EM
+//! QA metrics as the search-policy papers compute them (Search-R1, RAG-R1 and
+//! R1-Searcher evaluation scripts, which share SQuAD's normalisation): exact match (EM), cover-EM
 //! and token F1, each the maximum over the gold answers.
 //!
 //! Normalisation: Unicode NFKC (full-width letters and digits become ASCII,

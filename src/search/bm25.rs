@@ -43,11 +43,13 @@ pub const BACKEND_NAME: &str = "tantivy";
 /// Errors building or opening an index.
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
+    #[error("refusing to replace {0}: it exists and is not a seeker index (no {MANIFEST_FILE}); choose an empty or new directory")]
+    NotAnIndex(PathBuf),
     #[error("{path}:{line}: not a corpus record ({message}); expected one JSON object per line with string fields \"id\", \"title\", \"text\" (and optionally \"url\")")]
     BadRecord {
         path: PathBuf,
@@ -126,8 +128,9 @@ fn fields_of(schema: &Schema) -> Result<Fields, IndexError> {
 
 /// Builds a BM25 index of the JSONL `corpus` into `index_dir`, merged into one
 /// segment. The index is built in a sibling temporary directory and moved into
-/// place at the end, replacing any index already there; an interrupted run
-/// leaves the old index intact.
+/// place at the end, replacing an index already there; an interrupted run
+/// leaves the old index intact. A directory that exists, is not empty and holds
+/// no seeker index is never touched.
 ///
 /// `on_progress(bytes_read)` is called every few hundred documents.
 ///
@@ -141,10 +144,34 @@ pub fn build_index(
     let started = Instant::now();
     let io = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| IndexError::Io { path, source }
+        move |error| IndexError::Io { path, error }
     };
     let file = File::open(corpus).map_err(io(corpus))?;
-    let tmp = index_dir.with_extension(format!("tmp-{}", std::process::id()));
+    let replaces_index = match std::fs::read_dir(index_dir) {
+        Ok(mut entries) => {
+            if index_dir.join(MANIFEST_FILE).is_file() {
+                true
+            } else if entries.next().is_none() {
+                false
+            } else {
+                return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) if index_dir.exists() => return Err(io(index_dir)(e)),
+        Err(_) => false,
+    };
+    // The temporary directory sits next to the target (same file system, so the
+    // final rename is atomic), named after it.
+    let absolute = std::path::absolute(index_dir).map_err(io(index_dir))?;
+    let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
+        return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
+    };
+    let tmp = parent.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
@@ -209,10 +236,13 @@ pub fn build_index(
     let manifest_path = tmp.join(MANIFEST_FILE);
     let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
     std::fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
-    if index_dir.exists() {
+    if replaces_index {
         std::fs::remove_dir_all(index_dir).map_err(io(index_dir))?;
+    } else if index_dir.exists() {
+        // Empty (checked above).
+        std::fs::remove_dir(index_dir).map_err(io(index_dir))?;
     }
-    std::fs::rename(&tmp, index_dir).map_err(io(index_dir))?;
+    std::fs::rename(&tmp, &absolute).map_err(io(index_dir))?;
     Ok(IndexStats {
         documents,
         bytes,
@@ -336,6 +366,8 @@ impl Bm25Index {
     /// Only tantivy I/O errors on a damaged index.
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, IndexError> {
         let terms = self.terms(query)?;
+        // More than the index holds is all of it (and never a giant allocation).
+        let k = k.min(self.num_docs() as usize);
         if k == 0 || terms.is_empty() {
             return Ok(Vec::new());
         }
@@ -501,6 +533,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("seeker index"), "{err}");
+    }
+
+    #[test]
+    fn never_replaces_a_directory_that_is_not_an_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("corpus.jsonl");
+        std::fs::write(&corpus, "{\"id\":\"0\",\"title\":\"a\",\"text\":\"b\"}\n").unwrap();
+        let precious = dir.path().join("precious");
+        std::fs::create_dir(&precious).unwrap();
+        std::fs::write(precious.join("thesis.txt"), "years of work").unwrap();
+        let err = build_index(&corpus, &precious, |_| {}).unwrap_err();
+        assert!(matches!(err, IndexError::NotAnIndex(_)), "{err}");
+        assert!(precious.join("thesis.txt").is_file());
+        // A path ending in "." (the working directory, say) is refused the same way.
+        let err = build_index(&corpus, &precious.join("."), |_| {}).unwrap_err();
+        assert!(matches!(err, IndexError::NotAnIndex(_)), "{err}");
+        assert!(precious.join("thesis.txt").is_file());
+
+        // An empty directory, and an existing index, are fine to (re)build into.
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        build_index(&corpus, &empty, |_| {}).unwrap();
+        build_index(&corpus, &empty, |_| {}).unwrap();
+        assert_eq!(Bm25Index::open(&empty).unwrap().num_docs(), 1);
+        assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".tmp-")));
+    }
+
+    #[test]
+    fn a_huge_k_returns_at_most_the_whole_index() {
+        let (_dir, index) = small_index();
+        assert_eq!(
+            index
+                .search("paris painting lisa", usize::MAX)
+                .unwrap()
+                .len(),
+            3
+        );
     }
 
     #[tokio::test]

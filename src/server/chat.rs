@@ -38,6 +38,7 @@ struct Validated {
     rollout: RolloutRequest,
     profile: Arc<Profile>,
     stream: bool,
+    include_usage: bool,
     return_transcript: bool,
 }
 
@@ -51,7 +52,7 @@ fn parse(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let message = inner.to_string();
@@ -73,9 +74,46 @@ fn parse(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
                 format!("the request body is not a valid JSON object: {inner}"),
             )
         } else {
-            ApiError::invalid_field(&path, format!("{path}: {inner}"))
+            ApiError::invalid_field(
+                &path,
+                format!("{path}: {}", plain_serde_message(&path, &message)),
+            )
         }
-    })
+    })?;
+    // Nothing but whitespace may follow the object.
+    de.end().map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the request body has text after the JSON object: {e}"),
+        )
+    })?;
+    Ok(request)
+}
+
+/// serde's message with Rust type names put in JSON terms.
+fn plain_serde_message(path: &str, message: &str) -> String {
+    if path.ends_with(".content") && message.contains("untagged enum MessageContent") {
+        return "must be a string or an array of {\"type\": \"text\", \"text\": ...} parts"
+            .to_string();
+    }
+    let message = message.split(" at line ").next().unwrap_or(message);
+    let mut out = message.to_string();
+    for (rust, json) in [
+        ("expected u32", "expected a non-negative integer"),
+        ("expected u64", "expected a non-negative integer"),
+        ("expected usize", "expected a non-negative integer"),
+        ("expected f64", "expected a number"),
+        ("expected a boolean", "expected true or false"),
+        ("a sequence", "an array"),
+        ("map", "object"),
+    ] {
+        out = out.replace(rust, json);
+    }
+    if let Some(i) = out.find("expected struct ") {
+        out.truncate(i);
+        out.push_str("expected an object");
+    }
+    out
 }
 
 fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, ApiError> {
@@ -145,10 +183,12 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
         let content = match &m.content {
             None => String::new(),
             Some(c) => c.text().map_err(|kind| {
-                ApiError::invalid_field(
-                    &format!("messages[{i}].content"),
-                    format!("content parts of type `{kind}` are not supported; send text"),
-                )
+                let message = if kind == "text" {
+                    "a text part needs a `text` string".to_string()
+                } else {
+                    format!("content parts of type `{kind}` are not supported; send text")
+                };
+                ApiError::invalid_field(&format!("messages[{i}].content"), message)
             })?,
         };
         messages.push(ChatTurn {
@@ -221,15 +261,18 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
         },
         profile,
         stream: req.stream.unwrap_or(false),
+        include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
         return_transcript: req.return_transcript.unwrap_or(false),
     })
 }
 
 fn engine_error(e: RolloutError) -> ApiError {
     match e {
-        RolloutError::Engine(EngineError::ContextLength { .. }) => {
-            ApiError::new(ErrorCode::ContextLengthExceeded, e.to_string())
-        }
+        RolloutError::Engine(EngineError::ContextLength { .. }) => ApiError {
+            code: ErrorCode::ContextLengthExceeded,
+            message: format!("{e}; shorten the messages"),
+            param: Some("messages".into()),
+        },
         RolloutError::NoQuestion => ApiError::invalid_field("messages", e.to_string()),
         RolloutError::NothingToContinue => {
             ApiError::invalid_field("continue_final_message", e.to_string())
@@ -382,6 +425,47 @@ fn finish_reason(outcome: &RolloutOutcome) -> String {
         .unwrap_or_else(|| "stop".into())
 }
 
+/// Writes the `chat.completion.chunk` events of one response.
+struct ChunkWriter {
+    id: String,
+    created: u64,
+    model: String,
+}
+
+impl ChunkWriter {
+    fn frame(
+        &self,
+        choices: Vec<ChunkChoice>,
+        usage: Option<Usage>,
+        seeker: Option<SeekerChunk>,
+    ) -> Event {
+        let chunk = ChatCompletionChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk".into(),
+            created: self.created,
+            model: self.model.clone(),
+            choices,
+            usage,
+            seeker,
+        };
+        Event::default().data(serde_json::to_string(&chunk).expect("chunk serialises"))
+    }
+
+    fn delta(
+        &self,
+        delta: Delta,
+        finish_reason: Option<String>,
+        seeker: Option<SeekerChunk>,
+    ) -> Event {
+        let choice = ChunkChoice {
+            index: 0,
+            delta,
+            finish_reason,
+        };
+        self.frame(vec![choice], None, seeker)
+    }
+}
+
 /// Renders the rollout as `chat.completion.chunk` events, then `[DONE]`.
 fn stream(
     state: Arc<AppState>,
@@ -390,31 +474,20 @@ fn stream(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let request = validated.rollout;
     let (profile, return_transcript) = (validated.profile, validated.return_transcript);
+    let include_usage = validated.include_usage;
     let (tx, mut rx) = mpsc::channel(64);
     // The rollout stops at its next event once this stream (and so `rx`) is dropped.
     let task = tokio::spawn(async move { rollout::run(&ctx, &request, &tx).await });
-    let id = format!("chatcmpl-{}", uuid::Uuid::new_v4().simple());
-    let created = now();
-    let chunk = move |delta: Delta, finish_reason: Option<String>, seeker: Option<SeekerChunk>| {
-        let chunk = ChatCompletionChunk {
-            id: id.clone(),
-            object: "chat.completion.chunk".into(),
-            created,
-            model: state.model_id.clone(),
-            choices: vec![ChunkChoice {
-                index: 0,
-                delta,
-                finish_reason,
-            }],
-            seeker,
-        };
-        Event::default().data(serde_json::to_string(&chunk).expect("chunk serialises"))
+    let writer = ChunkWriter {
+        id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
+        created: now(),
+        model: state.model_id.clone(),
     };
     let events = async_stream::stream! {
-        yield Ok(chunk(Delta { role: Some("assistant".into()), ..Delta::default() }, None, None));
+        yield Ok(writer.delta(Delta { role: Some("assistant".into()), ..Delta::default() }, None, None));
         while let Some(event) = rx.recv().await {
             if let Some(event) = seeker_event(&event) {
-                yield Ok(chunk(Delta::default(), None, Some(SeekerChunk::Event { event })));
+                yield Ok(writer.delta(Delta::default(), None, Some(SeekerChunk::Event { event })));
                 continue;
             }
             let delta = match event {
@@ -423,19 +496,22 @@ fn stream(
                     // generated text.
                     let delta = Delta { reasoning_content: Some(text), ..Delta::default() };
                     let event = SeekerEvent::Splice;
-                    yield Ok(chunk(delta, None, Some(SeekerChunk::Event { event })));
+                    yield Ok(writer.delta(delta, None, Some(SeekerChunk::Event { event })));
                     continue;
                 }
                 RolloutEvent::Reasoning(text) => Delta { reasoning_content: Some(text), ..Delta::default() },
                 RolloutEvent::Answer(text) => Delta { content: Some(text), ..Delta::default() },
                 RolloutEvent::Search { .. } | RolloutEvent::Results(_) => continue,
             };
-            yield Ok(chunk(delta, None, None));
+            yield Ok(writer.delta(delta, None, None));
         }
         match task.await {
             Ok(Ok(outcome)) => {
                 let info = seeker_info(&profile, &outcome, return_transcript);
-                yield Ok(chunk(Delta::default(), Some(finish_reason(&outcome)), Some(SeekerChunk::Final(info))));
+                yield Ok(writer.delta(Delta::default(), Some(finish_reason(&outcome)), Some(SeekerChunk::Final(info))));
+                if include_usage {
+                    yield Ok(writer.frame(Vec::new(), Some(usage(&outcome)), None));
+                }
             }
             Ok(Err(e)) => yield Ok(Event::default().data(engine_error(e).to_json())),
             Err(e) => {

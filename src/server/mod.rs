@@ -17,7 +17,7 @@ use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use tower_http::trace::{DefaultOnFailure, TraceLayer};
+use tower_http::trace::{DefaultOnFailure, DefaultOnResponse, TraceLayer};
 use tracing::Level;
 
 use crate::config::{Config, GenerationConfig};
@@ -131,9 +131,14 @@ pub fn app(state: Arc<AppState>) -> Router {
                 "method not allowed on this route",
             )
         })
-        // Failures are logged where they happen, with their cause; a 503 while
-        // the model loads is not one.
-        .layer(TraceLayer::new_for_http().on_failure(DefaultOnFailure::new().level(Level::DEBUG)))
+        // One INFO line per response (method, path, status, latency). Failures
+        // are logged where they happen, with their cause; a 503 while the model
+        // loads is not one.
+        .layer(
+            TraceLayer::new_for_http()
+                .on_response(DefaultOnResponse::new().level(Level::INFO))
+                .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
+        )
         .with_state(state)
 }
 
@@ -181,6 +186,13 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             profiles.keys().cloned().collect::<Vec<_>>().join(", ")
         );
     }
+    // Fail before listening when the model file is missing, not after.
+    anyhow::ensure!(
+        config.model.gguf.is_file(),
+        "model.gguf = {} is not a file (run scripts/fetch-defaults.sh, or set \
+         SEEKER_MODEL__GGUF)",
+        config.model.gguf.display()
+    );
     let index = Bm25Index::open(&config.search.index)?;
     tracing::info!(
         index = %config.search.index.display(),
@@ -197,8 +209,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         config.generation.clone(),
     ));
 
-    let listener =
-        tokio::net::TcpListener::bind((config.server.host.as_str(), config.server.port)).await?;
+    let listener = tokio::net::TcpListener::bind((config.server.host.as_str(), config.server.port))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {}:{}: {e}",
+                config.server.host,
+                config.server.port
+            )
+        })?;
     let addr: SocketAddr = listener.local_addr()?;
     println!("seeker listening on http://{addr}");
 

@@ -17,6 +17,10 @@ pub struct ChatCompletionRequest {
     pub messages: Vec<ChatMessage>,
     #[serde(default)]
     pub stream: Option<bool>,
+    /// `{"include_usage": true}`: one last chunk with `choices: []` and `usage`
+    /// just before `[DONE]`.
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
     /// Budget for all generated tokens across all search rounds.
     #[serde(default)]
     pub max_tokens: Option<u32>,
@@ -49,6 +53,13 @@ pub struct ChatCompletionRequest {
     /// Extension: search settings for this request.
     #[serde(default)]
     pub search: Option<SearchOptions>,
+}
+
+/// OpenAI's `stream_options`.
+#[derive(Debug, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default)]
+    pub include_usage: bool,
 }
 
 /// The `search` request extension.
@@ -250,6 +261,9 @@ pub struct ChatCompletionChunk {
     pub created: u64,
     pub model: String,
     pub choices: Vec<ChunkChoice>,
+    /// Only on the usage chunk of `stream_options.include_usage`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seeker: Option<SeekerChunk>,
 }

@@ -221,6 +221,12 @@ async fn health_is_503_until_the_model_is_loaded() {
 async fn bad_requests_get_openai_errors_naming_the_field() {
     let cases: &[(&str, StatusCode, &str, Option<&str>)] = &[
         ("{not json", StatusCode::BAD_REQUEST, "invalid_json", None),
+        (
+            r#"{"messages": [{"role": "user", "content": "q"}]} trailing"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+            None,
+        ),
         ("", StatusCode::BAD_REQUEST, "invalid_json", None),
         ("[1, 2]", StatusCode::BAD_REQUEST, "invalid_json", None),
         (
@@ -313,4 +319,84 @@ async fn oversized_bodies_get_a_json_413() {
     let (status, text) = send(state(Some(script())), "POST", "/v1/chat/completions", &body).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(error_of(&text)["code"], "payload_too_large");
+}
+
+#[tokio::test]
+async fn error_messages_speak_json_not_rust() {
+    for (body, param, phrase) in [
+        (
+            r#"{"messages": [{"role": "user", "content": [{"type": "text"}]}]}"#,
+            "messages[0].content",
+            "a text part needs a `text` string",
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": 42}]}"#,
+            "messages[0].content",
+            "must be a string or an array",
+        ),
+        (
+            r#"{"messages": [{"role": "user", "content": "q"}], "max_tokens": "ten"}"#,
+            "max_tokens",
+            "expected a non-negative integer",
+        ),
+        (
+            r#"{"messages": {"role": "user"}}"#,
+            "messages",
+            "invalid type: object, expected an array",
+        ),
+    ] {
+        let (status, text) =
+            send(state(Some(script())), "POST", "/v1/chat/completions", body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        let err = error_of(&text);
+        assert_eq!(err["param"], param, "{text}");
+        let message = err["message"].as_str().unwrap();
+        assert!(message.contains(phrase), "{body}: {message}");
+        for rust in ["u32", "f64", "untagged", "sequence", "struct"] {
+            assert!(!message.contains(rust), "{body}: {message}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn include_usage_adds_one_usage_chunk_before_done() {
+    let with = json!({
+        "stream": true,
+        "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+    });
+    let (_, body) = send(
+        state(Some(script())),
+        "POST",
+        "/v1/chat/completions",
+        &with.to_string(),
+    )
+    .await;
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let usage_chunk: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    assert_eq!(usage_chunk["usage"]["completion_tokens"], 4);
+    let usage_chunks = data.iter().filter(|d| d.contains("\"usage\"")).count();
+    assert_eq!(usage_chunks, 1);
+
+    let (_, body) = send(
+        state(Some(script())),
+        "POST",
+        "/v1/chat/completions",
+        &chat_body(true),
+    )
+    .await;
+    assert!(!body.contains("\"usage\""), "{body}");
+
+    // Streamed and non-streamed usage agree.
+    let (_, body) = send(
+        state(Some(script())),
+        "POST",
+        "/v1/chat/completions",
+        &chat_body(false),
+    )
+    .await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["usage"], usage_chunk["usage"]);
 }

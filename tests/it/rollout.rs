@@ -319,3 +319,20 @@ async fn a_request_top_k_overrides_the_profiles() {
     let (result, _) = collect(&ctx, &req).await;
     assert_eq!(result.unwrap().documents.len(), 1);
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_during_a_long_prefill_cancels_at_once() {
+    // The engine produces nothing for 30 s, as a long prefill does.
+    let engine = ScriptedEngine::new([vec!["late"]]).with_delay(Duration::from_secs(30));
+    let ctx = context(&engine, StaticBackend::with(&[]), profile("search-r1"));
+    let (tx, rx) = mpsc::channel(4);
+    let req = request("q", 64);
+    let task = tokio::spawn(async move { run(&ctx, &req, &tx).await });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(rx);
+    let result = tokio::time::timeout(Duration::from_secs(1), task)
+        .await
+        .expect("cancelled within a second, not after the prefill")
+        .unwrap();
+    assert!(matches!(result, Err(RolloutError::Cancelled)), "{result:?}");
+}

@@ -71,7 +71,7 @@ fn every_profile_splices_byte_for_byte_like_its_reference_code() {
 
 #[test]
 fn search_r1_splice_equals_the_protocols_example() {
-    // ../shared/PROTOCOLS.md §1: `Doc 1(Title: "Evan Morris") Evan L. Morris (January 26, ...`
+    // Search-R1's own example: `Doc 1(Title: "Evan Morris") Evan L. Morris (January 26, ...`
     let doc = Document {
         id: "1".into(),
         title: "Evan Morris".into(),
