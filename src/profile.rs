@@ -169,6 +169,8 @@ struct SpliceSpec {
 struct RolloutSpec {
     top_k: usize,
     max_searches: usize,
+    #[serde(default)]
+    max_round_tokens: usize,
     on_round_cap: RoundCap,
     search_question_first: QuestionSearch,
     answer_fallback: AnswerFallback,
@@ -289,6 +291,9 @@ pub struct Profile {
     pub top_k: usize,
     /// Search calls the model may make (Search-R1: 4).
     pub max_searches: usize,
+    /// Tokens one round may generate; 0 for no limit but the request's budget
+    /// (R1-Searcher: 512). A round that reaches it ends the rollout.
+    pub max_round_tokens: usize,
     pub on_round_cap: RoundCap,
     /// Search the user's question and splice the results before the first
     /// token, and where: for models that never learned the search tags.
@@ -426,6 +431,7 @@ impl Profile {
             strip_round: raw.splice.strip_round,
             top_k: raw.rollout.top_k,
             max_searches: raw.rollout.max_searches,
+            max_round_tokens: raw.rollout.max_round_tokens,
             on_round_cap: raw.rollout.on_round_cap,
             search_question_first: raw.rollout.search_question_first,
             answer_fallback: raw.rollout.answer_fallback,

@@ -376,8 +376,12 @@ impl<'a> Rollout<'a> {
                     self.record(round_number, RoundOutcome::Length, round_tokens);
                     return self.finish(FinishReason::Length).await;
                 }
+                let round_cap = match profile.max_round_tokens {
+                    0 => usize::MAX,
+                    n => n,
+                };
                 let params = GenerationParams {
-                    max_tokens: remaining,
+                    max_tokens: remaining.min(round_cap),
                     temperature: self.request.temperature,
                     top_p: self.request.top_p,
                     stop: profile.stop_strings(),

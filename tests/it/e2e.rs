@@ -339,27 +339,9 @@ async fn cjk_and_emoji_stream_without_replacement_characters(client: &reqwest::C
 /// `seeker eval` on the first 20 FanOutQA dev sub-questions whose evidence
 /// article is in the default corpus, against the real server.
 fn eval_runs_against_the_real_server(base: &str) {
-    let dataset = default_data("data/fanoutqa/dev.json");
-    let corpus = default_data("data/wiki/corpus.jsonl");
     let tmp = tempfile::tempdir().unwrap();
     let out_path = tmp.path().join("results.jsonl");
-    let out = Command::new(SEEKER)
-        .arg("eval")
-        .arg("--dataset")
-        .arg(&dataset)
-        .args([
-            "--fanoutqa-subquestions",
-            "--limit",
-            "20",
-            "--max-tokens",
-            "32",
-        ])
-        .arg("--evidence-in")
-        .arg(&corpus)
-        .args(["--url", base, "--out"])
-        .arg(&out_path)
-        .output()
-        .unwrap();
+    let out = run_eval(base, 20, &out_path);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -408,4 +390,37 @@ fn eval_runs_against_the_real_server(base: &str) {
         ttft > 0.0 && ttft < seconds,
         "ttft {ttft}, seconds {seconds}"
     );
+
+    // Greedy decoding is the reproducible mode: the same command again gives
+    // the same predictions.
+    let again_path = tmp.path().join("again.jsonl");
+    let again = run_eval(base, 5, &again_path);
+    assert!(again.status.success());
+    let again: Vec<Value> = std::fs::read_to_string(&again_path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(again.len(), 5);
+    for (first, second) in lines.iter().zip(&again) {
+        assert_eq!(first["question"], second["question"]);
+        assert_eq!(first["prediction"], second["prediction"]);
+    }
+}
+
+/// Runs `seeker eval` on the first `limit` FanOutQA dev sub-questions whose
+/// evidence article is in the default corpus, greedy, 32 tokens per answer.
+fn run_eval(base: &str, limit: usize, out_path: &Path) -> std::process::Output {
+    Command::new(SEEKER)
+        .arg("eval")
+        .arg("--dataset")
+        .arg(default_data("data/fanoutqa/dev.json"))
+        .args(["--fanoutqa-subquestions", "--max-tokens", "32"])
+        .args(["--limit", &limit.to_string()])
+        .arg("--evidence-in")
+        .arg(default_data("data/wiki/corpus.jsonl"))
+        .args(["--url", base, "--out"])
+        .arg(out_path)
+        .output()
+        .unwrap()
 }

@@ -401,3 +401,14 @@ async fn system_profiles_put_their_rules_first_and_the_think_prefix_after_the_pr
         "<|im_start|>user\nWho painted the Mona Lisa?<|im_end|>\n<|im_start|>assistant\n<think>"
     ));
 }
+
+#[tokio::test]
+async fn a_round_that_reaches_the_per_round_cap_ends_the_rollout() {
+    let mut p = profile("r1-searcher");
+    p.max_round_tokens = 3;
+    let scripts = search_r1_ask(&[&["a", "b", "c", "d", "e"]]);
+    let (result, _, _) = rollout(p, scripts, backend(), ask("q")).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.finish_reason, FinishReason::Length);
+    assert_eq!(outcome.usage.completion_tokens, 3);
+}
