@@ -2,6 +2,7 @@
 //! `SEEKER_<SECTION>__<KEY>` environment variables, then by command-line flags.
 //! Unknown keys are errors. Relative paths are relative to the working directory.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use figment::providers::{Format, Serialized, Toml};
@@ -70,20 +71,93 @@ impl Default for ModelConfig {
     }
 }
 
-/// `[search]`: the local BM25 index.
+/// `[search]`: the built-in local index, the other backends, and the
+/// dispatcher's deadlines, cache and document budget.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SearchConfig {
-    /// Directory built by `seeker index`.
+    /// Directory built by `seeker index`; served as the backend `tantivy`.
     pub index: PathBuf,
+    /// Backend of requests that name none: `tantivy` or a key of `backends`.
+    pub default: String,
+    /// Deadline of a whole search round, milliseconds.
+    pub round_timeout_ms: u64,
+    /// Deadline of one query, retries included, milliseconds.
+    pub query_timeout_ms: u64,
+    /// Seconds a result stays in the shared cache; 0 turns the cache off.
+    pub cache_ttl_s: u64,
+    /// Result lists the shared cache holds.
+    pub cache_capacity: u64,
+    /// Characters kept per document (title + text); 0 keeps everything.
+    pub max_document_chars: usize,
+    /// More backends by name (`[search.backends.web]`).
+    pub backends: BTreeMap<String, BackendConfig>,
 }
 
 impl Default for SearchConfig {
     fn default() -> Self {
         Self {
             index: "data/wiki/index".into(),
+            default: "tantivy".into(),
+            round_timeout_ms: 10_000,
+            query_timeout_ms: 5_000,
+            cache_ttl_s: 600,
+            cache_capacity: 10_000,
+            max_document_chars: 2000,
+            backends: BTreeMap::new(),
         }
     }
+}
+
+/// What a configured backend talks to.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Another local index built by `seeker index` (`index`).
+    Tantivy,
+    /// Bing Web Search v7 shape (`url` = the search endpoint, `api_key_env`).
+    Bing,
+    /// A SearXNG or searx instance with the JSON format on (`url` = its root).
+    Searxng,
+    /// A Search-R1-style `POST /retrieve` server (`url` = the route).
+    Retriever,
+}
+
+/// `[search.backends.NAME]`: one backend and its limits.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    pub kind: BackendKind,
+    /// Endpoint (bing), instance root (searxng) or route (retriever).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Index directory (tantivy).
+    #[serde(default)]
+    pub index: Option<PathBuf>,
+    /// Environment variable holding the API key (bing; default
+    /// `BING_SEARCH_KEY`). The key itself never goes in a file or a log.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Bing market (`mkt`), default `en-US`.
+    #[serde(default)]
+    pub market: Option<String>,
+    /// Calls in flight at once across all requests (default 4).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Calls started per second across all requests; 0 = no limit (default).
+    #[serde(default)]
+    pub requests_per_second: u32,
+    /// Retries after 429, 5xx or a connection error (default 2).
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+}
+
+fn default_concurrency() -> usize {
+    4
+}
+
+fn default_retries() -> u32 {
+    2
 }
 
 /// `[policy]`: which protocol profile serves requests.
@@ -216,6 +290,59 @@ impl Config {
                 "generation.max_tokens exceeds generation.max_tokens_limit".into(),
             ));
         }
+        let search = &self.search;
+        if search.default != "tantivy" && !search.backends.contains_key(&search.default) {
+            return Err(ConfigError::Invalid(format!(
+                "search.default = {:?} is neither `tantivy` nor a key of [search.backends] \
+                 (have: {})",
+                search.default,
+                search
+                    .backends
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if search.round_timeout_ms == 0 || search.query_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "search.round_timeout_ms and search.query_timeout_ms must be at least 1".into(),
+            ));
+        }
+        if search.backends.contains_key("tantivy") {
+            return Err(ConfigError::Invalid(
+                "search.backends.tantivy: `tantivy` is the built-in index (set search.index); \
+                 give another local index another name"
+                    .into(),
+            ));
+        }
+        for (name, b) in &search.backends {
+            let key = |k: &str| format!("search.backends.{name}.{k}");
+            match b.kind {
+                BackendKind::Tantivy if b.index.is_none() => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{} is required for kind = \"tantivy\"",
+                        key("index")
+                    )))
+                }
+                BackendKind::Bing | BackendKind::Searxng | BackendKind::Retriever => {
+                    let url = b.url.as_deref().unwrap_or("");
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        return Err(ConfigError::Invalid(format!(
+                            "{} must be an http:// or https:// URL, got {url:?}",
+                            key("url")
+                        )));
+                    }
+                }
+                BackendKind::Tantivy => {}
+            }
+            if b.concurrency == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "{} must be at least 1",
+                    key("concurrency")
+                )));
+            }
+        }
         if self.model.max_num_seqs == 0 {
             return Err(ConfigError::Invalid(
                 "model.max_num_seqs must be at least 1".into(),
@@ -310,5 +437,47 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing.toml"), "{err}");
+    }
+
+    #[test]
+    fn search_backends_from_a_file_and_their_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("seeker.toml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(Some(&file), [])
+        };
+        let config = load(
+            "[search]\ndefault = \"web\"\n\
+             [search.backends.web]\nkind = \"searxng\"\nurl = \"http://127.0.0.1:8888\"\n\
+             requests_per_second = 2\n\
+             [search.backends.dense]\nkind = \"retriever\"\nurl = \"http://gpu:8000/retrieve\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.search.default, "web");
+        assert_eq!(config.search.backends["web"].kind, BackendKind::Searxng);
+        assert_eq!(config.search.backends["web"].requests_per_second, 2);
+        assert_eq!(config.search.backends["dense"].concurrency, 4);
+        assert_eq!(config.search.index, SearchConfig::default().index);
+
+        for (text, needle) in [
+            ("[search]\ndefault = \"nope\"\n", "search.default"),
+            (
+                "[search.backends.web]\nkind = \"searxng\"\nurl = \"localhost:8888\"\n",
+                "search.backends.web.url",
+            ),
+            (
+                "[search.backends.tantivy]\nkind = \"tantivy\"\nindex = \"x\"\n",
+                "built-in",
+            ),
+            ("[search.backends.x]\nkind = \"google\"\n", "google"),
+            (
+                "[search.backends.x]\nkind = \"bing\"\nurl = \"http://h\"\napi_key = \"k\"\n",
+                "api_key",
+            ),
+        ] {
+            let err = load(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
     }
 }

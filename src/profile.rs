@@ -299,7 +299,14 @@ pub struct Profile {
     /// token, and where: for models that never learned the search tags.
     pub search_question_first: QuestionSearch,
     pub answer_fallback: AnswerFallback,
+    /// Tags a document must not carry verbatim: query, answer and document
+    /// tags, stop strings, and every `<...>` tag in `splice.block`.
+    control_tags: Vec<String>,
 }
+
+/// A tag written in a splice block: `<information>`, `<|end_of_documents|>`.
+static BLOCK_TAG: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new(r"<[^<>\s]{1,64}>").expect("valid regex"));
 
 impl Profile {
     /// Loads and validates one profile file.
@@ -398,7 +405,27 @@ impl Profile {
                 .map(|s| template(key, s, PROMPT_FIELDS))
                 .transpose()
         };
+        let mut control_tags: Vec<String> = [
+            &raw.tags.query_open,
+            &raw.tags.query_close,
+            &raw.tags.answer_open,
+            &raw.tags.answer_close,
+            &raw.tags.documents_open,
+        ]
+        .into_iter()
+        .chain(&raw.tags.stop)
+        .cloned()
+        .chain(
+            BLOCK_TAG
+                .find_iter(&raw.splice.block)
+                .map(|m| m.as_str().to_string()),
+        )
+        .filter(|t| !t.is_empty())
+        .collect();
+        control_tags.sort();
+        control_tags.dedup();
         Ok(Self {
+            control_tags,
             prompt_system: optional("prompt.system", &p.system)?,
             prompt_user: optional("prompt.user", &p.user)?,
             prompt_raw: optional("prompt.raw", &p.raw)?,
@@ -605,9 +632,41 @@ impl Profile {
     /// The text of one query's documents: each through `splice.document` with
     /// `i` = 1..k, joined by `splice.separator`, stripped when `strip_docs`;
     /// `no_documents` when there are none; the `failed` text on failure.
+    /// `text` with every control tag of this profile defused, so a document
+    /// can neither close the document block nor start a search or an answer:
+    /// `<` and `>` of each occurrence (ASCII case-insensitive) become `‹` and
+    /// `›`, e.g. `</information>` → `‹/information›`. Other text is untouched.
+    pub fn neutralise<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        let mut out = std::borrow::Cow::Borrowed(text);
+        for tag in &self.control_tags {
+            let lower = out.to_ascii_lowercase();
+            let needle = tag.to_ascii_lowercase();
+            if !lower.contains(&needle) {
+                continue;
+            }
+            let mut fixed = String::with_capacity(out.len() + 8);
+            let mut from = 0;
+            while let Some(rel) = lower[from..].find(&needle) {
+                let at = from + rel;
+                fixed.push_str(&out[from..at]);
+                fixed.push_str(
+                    &out[at..at + needle.len()]
+                        .replace('<', "‹")
+                        .replace('>', "›"),
+                );
+                from = at + needle.len();
+            }
+            fixed.push_str(&out[from..]);
+            out = std::borrow::Cow::Owned(fixed);
+        }
+        out
+    }
+
     fn docs_text(&self, outcome: QueryOutcome<'_>) -> String {
         let docs = match outcome {
-            QueryOutcome::Failed(reason) => return self.failed.render(&[("reason", reason)]),
+            QueryOutcome::Failed(reason) => {
+                return self.failed.render(&[("reason", &self.neutralise(reason))])
+            }
             QueryOutcome::Documents([]) => return self.no_documents.clone(),
             QueryOutcome::Documents(docs) => docs,
         };
@@ -621,8 +680,8 @@ impl Profile {
                 .render_into(&mut joined, |field, out| match field {
                     "i" => out.push_str(&rank),
                     "id" => out.push_str(&doc.id),
-                    "title" => out.push_str(&doc.title),
-                    "text" => out.push_str(&doc.text),
+                    "title" => out.push_str(&self.neutralise(&doc.title)),
+                    "text" => out.push_str(&self.neutralise(&doc.text)),
                     "url" => out.push_str(doc.url.as_deref().unwrap_or("")),
                     _ => {}
                 });

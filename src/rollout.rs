@@ -39,13 +39,14 @@ use crate::engine::{
 };
 use crate::profile::{AnswerFallback, Profile, PromptText, QueryOutcome, QuestionSearch, RoundCap};
 use crate::scanner::{Region, RoundEnd, ScanEvent, TagScanner};
-use crate::search::{Document, SearchBackend};
+use crate::search::dispatch::{Dispatcher, QueryResult};
+use crate::search::Document;
 
-/// What a rollout needs: the engine, the search backend and the policy profile.
+/// What a rollout needs: the engine, the search dispatcher and the policy profile.
 #[derive(Clone)]
 pub struct RolloutContext {
     pub engine: Arc<dyn Engine>,
-    pub backend: Arc<dyn SearchBackend>,
+    pub search: Arc<Dispatcher>,
     pub profile: Arc<Profile>,
 }
 
@@ -64,6 +65,8 @@ pub struct RolloutRequest {
     pub continue_final_message: bool,
     /// Documents per query instead of the profile's top-k.
     pub top_k: Option<usize>,
+    /// Search backend by configured name instead of the server's default.
+    pub backend: Option<String>,
 }
 
 /// Something that happened during a rollout, in order.
@@ -122,7 +125,12 @@ pub struct QueryRecord {
     /// Why the search failed, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Answered from this request's cache (the same query was searched before).
+    /// Why the search failed, as a bounded label (`timeout`, `rate_limited`,
+    /// `http_status`, `connection`, `malformed`, `backend`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<&'static str>,
+    /// Answered from a cache: this request's (the same query earlier in the
+    /// rollout) or the server's shared one (another request searched it).
     pub cached: bool,
 }
 
@@ -259,8 +267,9 @@ struct Rollout<'a> {
     calls: usize,
     /// Search calls that ran a query.
     searches: usize,
-    /// This request's cache: cleaned query → its documents or failure.
-    cache: HashMap<String, Result<Vec<Document>, String>>,
+    /// This request's cache: cleaned query → its documents. Failures are not
+    /// kept: the same query later in the rollout tries the backend again.
+    cache: HashMap<String, Vec<Document>>,
     /// Reasoning-region text generated since the last splice (the fallback answer).
     since_splice: String,
     answer: AnswerStripper,
@@ -589,42 +598,35 @@ impl<'a> Rollout<'a> {
                 missing.push(q.clone());
             }
         }
+        let k = self.request.top_k.unwrap_or(profile.top_k);
+        let backend = self
+            .request
+            .backend
+            .clone()
+            .unwrap_or_else(|| self.ctx.search.default_backend().to_string());
         let fresh = if missing.is_empty() {
             Vec::new()
         } else {
-            let k = self.request.top_k.unwrap_or(profile.top_k);
-            self.ctx.backend.search(&missing, k).await
+            self.ctx
+                .search
+                .search_round(Some(&backend), &missing, k)
+                .await
         };
-        let mut fresh: HashMap<String, Result<Vec<Document>, String>> = missing
-            .into_iter()
-            .zip(
-                fresh
-                    .into_iter()
-                    .map(|r| r.map_err(|e| e.to_string()))
-                    .chain(std::iter::repeat_with(|| {
-                        Err("the backend returned no result".to_string())
-                    })),
-            )
-            .collect();
-        let backend = self.ctx.backend.name().to_string();
+        let mut fresh: HashMap<String, QueryResult> = missing.into_iter().zip(fresh).collect();
         let mut records = Vec::with_capacity(queries.len());
         for q in queries.iter() {
             let (result, cached) = match fresh.remove(q) {
                 Some(r) => {
-                    self.cache.insert(q.clone(), r.clone());
-                    (r, false)
+                    if let Ok(docs) = &r.result {
+                        self.cache.insert(q.clone(), docs.clone());
+                    }
+                    (r.result, r.cached)
                 }
-                None => (
-                    self.cache.get(q).cloned().unwrap_or_else(|| Ok(Vec::new())),
-                    true,
-                ),
+                None => (Ok(self.cache.get(q).cloned().unwrap_or_default()), true),
             };
-            let (documents, error) = match result {
-                Ok(docs) => (docs, None),
-                Err(e) => {
-                    tracing::warn!(round, error = %e, "search failed; splicing the failure text");
-                    (Vec::new(), Some(e))
-                }
+            let (documents, error, error_kind) = match result {
+                Ok(docs) => (docs, None, None),
+                Err(e) => (Vec::new(), Some(e.to_string()), Some(e.kind())),
             };
             let record = QueryRecord {
                 round,
@@ -632,6 +634,7 @@ impl<'a> Rollout<'a> {
                 backend: backend.clone(),
                 documents,
                 error,
+                error_kind,
                 cached,
             };
             self.emit(RolloutEvent::Results(record.clone())).await?;

@@ -405,7 +405,8 @@ impl Bm25Index {
 }
 
 /// [`SearchBackend`] over a shared [`Bm25Index`]: each query runs on tokio's
-/// blocking pool, all queries of a call concurrently.
+/// blocking pool, so a slow query never stalls the async runtime; the
+/// dispatcher runs a round's queries concurrently.
 #[derive(Clone, Debug)]
 pub struct Bm25Backend {
     index: Arc<Bm25Index>,
@@ -419,29 +420,14 @@ impl Bm25Backend {
 
 #[async_trait]
 impl SearchBackend for Bm25Backend {
-    fn name(&self) -> &str {
-        BACKEND_NAME
-    }
-
-    async fn search(
-        &self,
-        queries: &[String],
-        k: usize,
-    ) -> Vec<Result<Vec<Document>, SearchError>> {
-        let tasks = queries.iter().map(|q| {
-            let index = Arc::clone(&self.index);
-            let q = q.clone();
-            tokio::task::spawn_blocking(move || index.search(&q, k))
-        });
-        futures::future::join_all(tasks)
-            .await
-            .into_iter()
-            .map(|joined| match joined {
-                Ok(Ok(docs)) => Ok(docs),
-                Ok(Err(e)) => Err(SearchError::Backend(e.to_string())),
-                Err(e) => Err(SearchError::Backend(format!("search worker failed: {e}"))),
-            })
-            .collect()
+    async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
+        let index = Arc::clone(&self.index);
+        let q = query.to_string();
+        match tokio::task::spawn_blocking(move || index.search(&q, k)).await {
+            Ok(Ok(docs)) => Ok(docs),
+            Ok(Err(e)) => Err(SearchError::Backend(e.to_string())),
+            Err(e) => Err(SearchError::Backend(format!("search worker failed: {e}"))),
+        }
     }
 }
 
@@ -577,18 +563,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn backend_answers_each_query_in_order() {
+    async fn a_round_through_the_dispatcher_answers_each_query_in_order() {
         let (_dir, index) = small_index();
-        let backend = Bm25Backend::new(Arc::new(index));
-        let results = backend
-            .search(
+        let dispatcher = crate::search::dispatch::Dispatcher::single(
+            "tantivy",
+            Arc::new(Bm25Backend::new(Arc::new(index))),
+        );
+        let results = dispatcher
+            .search_round(
+                None,
                 &["capital of France".into(), "".into(), "Mona Lisa".into()],
                 1,
             )
             .await;
         assert_eq!(results.len(), 3);
-        assert_eq!(results[0].as_ref().unwrap()[0].title, "Paris");
-        assert!(results[1].as_ref().unwrap().is_empty());
-        assert_eq!(results[2].as_ref().unwrap()[0].title, "Mona Lisa");
+        let docs = |i: usize| results[i].result.as_ref().unwrap();
+        assert_eq!(docs(0)[0].title, "Paris");
+        assert_eq!(docs(0)[0].backend, "tantivy");
+        assert!(docs(1).is_empty());
+        assert_eq!(docs(2)[0].title, "Mona Lisa");
     }
 }

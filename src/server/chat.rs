@@ -42,8 +42,8 @@ struct Validated {
     return_transcript: bool,
 }
 
-/// Parses the body, naming the field at fault in the error.
-fn parse(body: &[u8]) -> Result<ChatCompletionRequest, ApiError> {
+/// Parses a JSON object body into `T`, naming the field at fault in the error.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     // serde would also accept a struct written as an array.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ApiError::new(
@@ -228,17 +228,19 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
         )
     })?;
     let mut top_k = None;
+    let mut backend_choice = None;
     if let Some(search) = &req.search {
         if let Some(backend) = &search.backend {
-            if backend != state.backend.name() {
+            if !state.search.has_backend(backend) {
                 return Err(ApiError::invalid_field(
                     "search.backend",
                     format!(
                         "unknown search backend `{backend}`; this server has: {}",
-                        state.backend.name()
+                        state.search.backend_names().join(", ")
                     ),
                 ));
             }
+            backend_choice = Some(backend.clone());
         }
         if let Some(k) = search.top_k {
             if !(1..=MAX_TOP_K).contains(&k) {
@@ -258,6 +260,7 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
             top_p: req.top_p,
             continue_final_message,
             top_k,
+            backend: backend_choice,
         },
         profile,
         stream: req.stream.unwrap_or(false),
@@ -320,6 +323,7 @@ fn seeker_event(event: &RolloutEvent) -> Option<SeekerEvent> {
             query: r.query.clone(),
             documents: r.documents.iter().map(Citation::from).collect(),
             error: r.error.clone(),
+            error_kind: r.error_kind,
             cached: r.cached,
         }),
         RolloutEvent::Reasoning(_) | RolloutEvent::Splice(_) | RolloutEvent::Answer(_) => None,
@@ -334,29 +338,34 @@ fn usage(outcome: &RolloutOutcome) -> Usage {
     }
 }
 
+/// The body, or the error for one over [`MAX_BODY_BYTES`] or unreadable.
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+            )
+        } else {
+            ApiError::new(ErrorCode::InvalidJson, format!("cannot read the body: {e}"))
+        }
+    })
+}
+
 /// The handler.
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body {
+    let body = match body_bytes(body) {
         Ok(b) => b,
-        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            return ApiError::new(
-                ErrorCode::PayloadTooLarge,
-                format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
-            )
-            .into_response()
-        }
-        Err(e) => {
-            return ApiError::new(ErrorCode::InvalidJson, format!("cannot read the body: {e}"))
-                .into_response()
-        }
-    };
-    let validated = match parse(&body).and_then(|req| validate(&state, req)) {
-        Ok(v) => v,
         Err(e) => return e.into_response(),
     };
+    let validated =
+        match parse::<ChatCompletionRequest>(&body).and_then(|req| validate(&state, req)) {
+            Ok(v) => v,
+            Err(e) => return e.into_response(),
+        };
     let Some(engine) = state.engine() else {
         return ApiError::new(
             ErrorCode::ModelLoading,
@@ -366,7 +375,7 @@ pub async fn chat_completions(
     };
     let ctx = RolloutContext {
         engine,
-        backend: Arc::clone(&state.backend),
+        search: Arc::clone(&state.search),
         profile: Arc::clone(&validated.profile),
     };
     if validated.stream {

@@ -8,6 +8,7 @@
 pub mod chat;
 pub mod error;
 pub mod openai;
+pub mod retrieve;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -24,8 +25,7 @@ use crate::config::{Config, GenerationConfig};
 use crate::engine::mistral::{MistralConfig, MistralEngine};
 use crate::engine::Engine;
 use crate::profile::Profile;
-use crate::search::bm25::{Bm25Backend, Bm25Index};
-use crate::search::SearchBackend;
+use crate::search::dispatch::Dispatcher;
 use error::{ApiError, ErrorCode};
 use openai::{ModelList, ModelObject};
 
@@ -36,7 +36,8 @@ const INDEX_HTML: &str = include_str!("../../static/index.html");
 pub struct AppState {
     /// Set once the model has loaded; `None` until then (`/health` is 503).
     engine: OnceLock<Arc<dyn Engine>>,
-    pub backend: Arc<dyn SearchBackend>,
+    /// Every configured search backend, behind one dispatcher.
+    pub search: Arc<Dispatcher>,
     /// Every loaded policy profile, by name.
     pub profiles: BTreeMap<String, Arc<Profile>>,
     /// The profile used when a request names none.
@@ -54,7 +55,7 @@ impl AppState {
     /// When `default_policy` is not in `profiles` (checked at startup).
     pub fn new(
         model_id: String,
-        backend: Arc<dyn SearchBackend>,
+        search: Arc<Dispatcher>,
         profiles: BTreeMap<String, Profile>,
         default_policy: String,
         generation: GenerationConfig,
@@ -65,7 +66,7 @@ impl AppState {
         );
         Self {
             engine: OnceLock::new(),
-            backend,
+            search,
             profiles: profiles
                 .into_iter()
                 .map(|(name, p)| (name, Arc::new(p)))
@@ -118,6 +119,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route(
             "/v1/chat/completions",
             post(chat::chat_completions).layer(DefaultBodyLimit::max(chat::MAX_BODY_BYTES)),
+        )
+        .route(
+            "/retrieve",
+            post(retrieve::retrieve).layer(DefaultBodyLimit::max(chat::MAX_BODY_BYTES)),
         )
         .fallback(|| async {
             ApiError::new(
@@ -193,17 +198,17 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
          SEEKER_MODEL__GGUF)",
         config.model.gguf.display()
     );
-    let index = Bm25Index::open(&config.search.index)?;
+    let search =
+        crate::search::dispatcher_from_config(&config.search, |var| std::env::var(var).ok())?;
     tracing::info!(
-        index = %config.search.index.display(),
-        documents = index.num_docs(),
+        backends = %search.backend_names().join(", "),
+        default = search.default_backend(),
         policy = %config.policy.default,
-        "search index ready"
+        "search ready"
     );
-    let backend: Arc<dyn SearchBackend> = Arc::new(Bm25Backend::new(Arc::new(index)));
     let state = Arc::new(AppState::new(
         config.model.id.clone(),
-        backend,
+        Arc::new(search),
         profiles,
         config.policy.default.clone(),
         config.generation.clone(),

@@ -202,6 +202,11 @@ pub enum SeekerEvent {
         documents: Vec<Citation>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
+        /// Bounded failure label: `timeout`, `rate_limited`, `http_status`,
+        /// `connection`, `malformed`, `backend`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error_kind: Option<&'static str>,
+        /// Answered from this request's cache or the server's shared cache.
         cached: bool,
     },
 }

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use seeker::profile::Profile;
+use seeker::search::dispatch::Dispatcher;
 use seeker::search::{Document, SearchBackend, SearchError};
 
 /// Repository root.
@@ -57,28 +58,20 @@ impl StaticBackend {
 
 #[async_trait]
 impl SearchBackend for StaticBackend {
-    fn name(&self) -> &str {
-        "static"
+    async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
+        self.asked.lock().unwrap().push(query.to_string());
+        if self.failing.iter().any(|f| f == query) {
+            return Err(SearchError::Backend("backend down".into()));
+        }
+        let mut docs = self.answers.get(query).cloned().unwrap_or_default();
+        docs.truncate(k);
+        Ok(docs)
     }
+}
 
-    async fn search(
-        &self,
-        queries: &[String],
-        k: usize,
-    ) -> Vec<Result<Vec<Document>, SearchError>> {
-        self.asked.lock().unwrap().extend(queries.iter().cloned());
-        queries
-            .iter()
-            .map(|q| {
-                if self.failing.contains(q) {
-                    return Err(SearchError::Backend("backend down".into()));
-                }
-                let mut docs = self.answers.get(q).cloned().unwrap_or_default();
-                docs.truncate(k);
-                Ok(docs)
-            })
-            .collect()
-    }
+/// A dispatcher whose only (and default) backend, `static`, is `backend`.
+pub fn dispatcher(backend: Arc<StaticBackend>) -> Arc<Dispatcher> {
+    Arc::new(Dispatcher::single("static", backend))
 }
 
 /// The default data fetched by scripts/fetch-defaults.sh; panics with the fix

@@ -21,7 +21,7 @@ fn state(engine: Option<ScriptedEngine>) -> Arc<AppState> {
     )]);
     let state = AppState::new(
         "test-model".into(),
-        backend,
+        crate::common::dispatcher(backend),
         profiles(),
         "search-r1".into(),
         GenerationConfig::default(),

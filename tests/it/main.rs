@@ -4,6 +4,7 @@
 //! - `e2e`: the real binary, the real default GGUF and corpus (fetch them first
 //!   with `scripts/fetch-defaults.sh --no-index`).
 
+mod backends;
 mod common;
 mod e2e;
 mod http;

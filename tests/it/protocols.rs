@@ -50,6 +50,7 @@ fn request(messages: Vec<ChatTurn>) -> RolloutRequest {
         top_p: None,
         continue_final_message: false,
         top_k: None,
+        backend: None,
     }
 }
 
@@ -73,7 +74,7 @@ async fn rollout(
     let engine = ScriptedEngine::new(scripts);
     let ctx = RolloutContext {
         engine: Arc::new(engine.clone()),
-        backend,
+        search: crate::common::dispatcher(backend),
         profile: Arc::new(profile),
     };
     let (tx, mut rx) = mpsc::channel(4096);

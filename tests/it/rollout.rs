@@ -24,6 +24,7 @@ fn request(question: &str, max_tokens: usize) -> RolloutRequest {
         top_p: None,
         continue_final_message: false,
         top_k: None,
+        backend: None,
     }
 }
 
@@ -34,7 +35,7 @@ fn context(
 ) -> RolloutContext {
     RolloutContext {
         engine: Arc::new(engine.clone()),
-        backend,
+        search: crate::common::dispatcher(backend),
         profile: Arc::new(profile),
     }
 }

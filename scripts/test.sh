@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs seeker's tests on a fresh machine (Debian or Ubuntu):
+# 1. fetches the default model, corpus and FanOutQA (scripts/fetch-defaults.sh);
+# 2. installs Debian's `searx` package if `searx-run` is missing: the SearXNG
+#    backend test runs a real, offline searx over the default corpus;
+# 3. runs `cargo test --locked` with any extra arguments given.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/fetch-defaults.sh --no-index
+
+if ! command -v searx-run >/dev/null 2>&1; then
+    echo "installing Debian's searx package (for the SearXNG backend test)"
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends searx
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo apt-get update -qq
+        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends searx
+    else
+        echo "error: searx-run is missing and this user cannot install packages;" >&2
+        echo "       run: apt-get install -y --no-install-recommends searx" >&2
+        exit 1
+    fi
+fi
+
+cargo test --locked "$@"

@@ -1,0 +1,407 @@
+//! The dispatcher: every query of a round at once, to the backend the request
+//! chose, under limits shared by all requests.
+//!
+//! For each query of a round, concurrently:
+//! 1. the shared cache (moka, TTL and size bound) answers repeats across
+//!    requests; concurrent misses of the same key are searched once;
+//! 2. otherwise the query waits for a slot of its backend (a semaphore: at most
+//!    `concurrency` calls in flight, shared by all requests) and for its
+//!    requests-per-second budget (a GCRA limiter, `governor`);
+//! 3. 429, 5xx and connection errors are retried up to `retries` times, after
+//!    the provider's `Retry-After` or a jittered exponential backoff (100 ms ×
+//!    2^attempt, full jitter), never past the deadline;
+//! 4. documents are cleaned ([`super::clean`]) and bounded;
+//! 5. the whole query has a deadline (`query_timeout`) inside the round's
+//!    (`round_timeout`); a late query fails with [`SearchError::Timeout`].
+//!
+//! Results come back in query order, one per query; a failure is that query's
+//! alone. Dropping the round's future drops every in-flight backend call.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use unicode_normalization::UnicodeNormalization;
+
+use super::clean::{strip_html, truncate_chars};
+use super::{Document, SearchBackend, SearchError};
+
+/// First retry delay before jitter; doubles per attempt.
+const BACKOFF_BASE: Duration = Duration::from_millis(100);
+/// Longest backoff between two attempts, before jitter.
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Settings shared by all backends (`[search]` in `config/seeker.toml`).
+#[derive(Clone, Debug)]
+pub struct DispatchConfig {
+    /// Deadline for a whole round, from its start (default 10 s).
+    pub round_timeout: Duration,
+    /// Deadline for one query, retries included (default 5 s).
+    pub query_timeout: Duration,
+    /// How long a cached result is served (default 600 s); zero disables the
+    /// shared cache.
+    pub cache_ttl: Duration,
+    /// Result lists kept in the shared cache (default 10,000).
+    pub cache_capacity: u64,
+    /// Characters kept per document title + text (default 2,000; 0 keeps all).
+    pub max_document_chars: usize,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        Self {
+            round_timeout: Duration::from_secs(10),
+            query_timeout: Duration::from_secs(5),
+            cache_ttl: Duration::from_secs(600),
+            cache_capacity: 10_000,
+            max_document_chars: 2000,
+        }
+    }
+}
+
+/// Limits and clean-up for one backend.
+#[derive(Clone, Debug)]
+pub struct BackendLimits {
+    /// Calls in flight at once, across all requests (at least 1).
+    pub concurrency: usize,
+    /// Calls started per second, across all requests; 0 for no limit. A burst
+    /// of this many may start at once, then one every 1/n s (GCRA).
+    pub requests_per_second: u32,
+    /// Extra attempts after a retryable failure.
+    pub retries: u32,
+    /// Strip HTML tags and entities and collapse whitespace (web snippets).
+    pub strip_html: bool,
+}
+
+impl Default for BackendLimits {
+    fn default() -> Self {
+        Self {
+            concurrency: 8,
+            requests_per_second: 0,
+            retries: 2,
+            strip_html: false,
+        }
+    }
+}
+
+/// One query's outcome in a round.
+#[derive(Clone, Debug)]
+pub struct QueryResult {
+    pub result: Result<Vec<Document>, SearchError>,
+    /// Served from the shared cache (another request searched it).
+    pub cached: bool,
+}
+
+/// Counters since startup.
+#[derive(Debug, Default)]
+pub struct DispatchStats {
+    /// Queries answered from the shared cache.
+    pub cache_hits: AtomicU64,
+    /// Queries sent to a backend (after the cache), retries not counted.
+    pub searches: AtomicU64,
+    /// Retries after a retryable failure.
+    pub retries: AtomicU64,
+    /// Queries that failed (after retries).
+    pub failures: AtomicU64,
+}
+
+struct Limited {
+    backend: Arc<dyn SearchBackend>,
+    limits: BackendLimits,
+    slots: Semaphore,
+    rate: Option<DefaultDirectRateLimiter>,
+}
+
+type CacheKey = (String, usize, String);
+
+/// Owns the configured backends and the shared cache; see the module docs.
+pub struct Dispatcher {
+    backends: BTreeMap<String, Arc<Limited>>,
+    default: String,
+    config: DispatchConfig,
+    cache: Option<moka::future::Cache<CacheKey, Arc<Vec<Document>>>>,
+    stats: DispatchStats,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("backends", &self.backends.keys().collect::<Vec<_>>())
+            .field("default", &self.default)
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher with no backends yet; the first one added is the default
+    /// until [`Dispatcher::set_default`] says otherwise.
+    pub fn new(config: DispatchConfig) -> Self {
+        let cache = (!config.cache_ttl.is_zero() && config.cache_capacity > 0).then(|| {
+            moka::future::Cache::builder()
+                .max_capacity(config.cache_capacity)
+                .time_to_live(config.cache_ttl)
+                .build()
+        });
+        Self {
+            backends: BTreeMap::new(),
+            default: String::new(),
+            config,
+            cache,
+            stats: DispatchStats::default(),
+        }
+    }
+
+    /// One backend under `name` with default settings and limits (tests, tools).
+    pub fn single(name: &str, backend: Arc<dyn SearchBackend>) -> Self {
+        let mut d = Self::new(DispatchConfig::default());
+        d.add(name, backend, BackendLimits::default());
+        d
+    }
+
+    /// Adds (or replaces) a backend.
+    pub fn add(&mut self, name: &str, backend: Arc<dyn SearchBackend>, limits: BackendLimits) {
+        let rate = NonZeroU32::new(limits.requests_per_second)
+            .map(|rps| RateLimiter::direct(Quota::per_second(rps)));
+        let slots = Semaphore::new(limits.concurrency.max(1));
+        self.backends.insert(
+            name.to_string(),
+            Arc::new(Limited {
+                backend,
+                limits,
+                slots,
+                rate,
+            }),
+        );
+        if self.default.is_empty() {
+            self.default = name.to_string();
+        }
+    }
+
+    /// Makes `name` the backend of requests that name none.
+    ///
+    /// # Errors
+    /// [`SearchError::UnknownBackend`] when no backend has that name.
+    pub fn set_default(&mut self, name: &str) -> Result<(), SearchError> {
+        if !self.backends.contains_key(name) {
+            return Err(SearchError::UnknownBackend(name.to_string()));
+        }
+        self.default = name.to_string();
+        Ok(())
+    }
+
+    /// The backend of requests that name none.
+    pub fn default_backend(&self) -> &str {
+        &self.default
+    }
+
+    /// Configured backend names, sorted.
+    pub fn backend_names(&self) -> Vec<&str> {
+        self.backends.keys().map(String::as_str).collect()
+    }
+
+    /// Whether a backend of that name is configured.
+    pub fn has_backend(&self, name: &str) -> bool {
+        self.backends.contains_key(name)
+    }
+
+    /// Counters since startup.
+    pub fn stats(&self) -> &DispatchStats {
+        &self.stats
+    }
+
+    /// Searches every query of a round at once on `backend` (the default when
+    /// `None`) for its top `k`; one [`QueryResult`] per query, in query order.
+    /// Never fails as a whole, and returns by the round's deadline.
+    pub async fn search_round(
+        &self,
+        backend: Option<&str>,
+        queries: &[String],
+        k: usize,
+    ) -> Vec<QueryResult> {
+        let name = backend.unwrap_or(&self.default);
+        let Some(limited) = self.backends.get(name) else {
+            let error = SearchError::UnknownBackend(name.to_string());
+            return queries
+                .iter()
+                .map(|_| QueryResult {
+                    result: Err(error.clone()),
+                    cached: false,
+                })
+                .collect();
+        };
+        let round_deadline = Instant::now() + self.config.round_timeout;
+        let searches = queries.iter().map(|q| {
+            let deadline = round_deadline.min(Instant::now() + self.config.query_timeout);
+            let limit = deadline.saturating_duration_since(Instant::now());
+            async move {
+                match tokio::time::timeout_at(
+                    deadline,
+                    self.search_one(name, limited, q, k, deadline),
+                )
+                .await
+                {
+                    Ok(result) => result,
+                    Err(_) => QueryResult {
+                        result: Err(SearchError::Timeout(limit)),
+                        cached: false,
+                    },
+                }
+            }
+        });
+        let results = futures::future::join_all(searches).await;
+        for r in &results {
+            if let Err(e) = &r.result {
+                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(backend = name, kind = e.kind(), error = %e, "search failed");
+            }
+        }
+        results
+    }
+
+    async fn search_one(
+        &self,
+        name: &str,
+        limited: &Limited,
+        query: &str,
+        k: usize,
+        deadline: Instant,
+    ) -> QueryResult {
+        let fetch = async {
+            self.stats.searches.fetch_add(1, Ordering::Relaxed);
+            let docs = self.attempts(limited, query, k, deadline).await?;
+            Ok::<_, SearchError>(Arc::new(self.tidy(name, limited, docs)))
+        };
+        let Some(cache) = &self.cache else {
+            return QueryResult {
+                result: fetch.await.map(|d| d.as_ref().clone()),
+                cached: false,
+            };
+        };
+        let key = (name.to_string(), k, normalise_query(query));
+        match cache.entry(key).or_try_insert_with(fetch).await {
+            Ok(entry) => {
+                let cached = !entry.is_fresh();
+                if cached {
+                    self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+                }
+                QueryResult {
+                    result: Ok(entry.into_value().as_ref().clone()),
+                    cached,
+                }
+            }
+            Err(e) => QueryResult {
+                result: Err(e.as_ref().clone()),
+                cached: false,
+            },
+        }
+    }
+
+    /// The backend call with its slot, rate budget and retries.
+    async fn attempts(
+        &self,
+        limited: &Limited,
+        query: &str,
+        k: usize,
+        deadline: Instant,
+    ) -> Result<Vec<Document>, SearchError> {
+        let mut attempt = 0;
+        loop {
+            let result = {
+                let _slot = limited
+                    .slots
+                    .acquire()
+                    .await
+                    .map_err(|_| SearchError::Backend("backend closed".into()))?;
+                if let Some(rate) = &limited.rate {
+                    rate.until_ready().await;
+                }
+                limited.backend.search(query, k).await
+            };
+            match result {
+                Err(e) if e.is_retryable() && attempt < limited.limits.retries => {
+                    let wait = e.retry_after().unwrap_or_else(|| backoff(attempt));
+                    if Instant::now() + wait >= deadline {
+                        // Waiting would pass the deadline: fail now with the
+                        // provider's reason rather than a timeout.
+                        return Err(e);
+                    }
+                    tracing::debug!(
+                        kind = e.kind(),
+                        wait_ms = wait.as_millis() as u64,
+                        "retrying search"
+                    );
+                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(wait).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Backend name on every document, HTML stripped where configured,
+    /// title + text bounded, documents beyond `k` dropped.
+    fn tidy(&self, name: &str, limited: &Limited, docs: Vec<Document>) -> Vec<Document> {
+        let max = self.config.max_document_chars;
+        docs.into_iter()
+            .map(|mut d| {
+                d.backend = name.to_string();
+                if limited.limits.strip_html {
+                    d.title = strip_html(&d.title);
+                    d.text = strip_html(&d.text);
+                }
+                if max > 0 {
+                    let title_chars = d.title.chars().count();
+                    d.title = truncate_chars(&d.title, max).to_string();
+                    d.text =
+                        truncate_chars(&d.text, max.saturating_sub(title_chars).max(1)).to_string();
+                }
+                d
+            })
+            .collect()
+    }
+}
+
+/// Full-jitter exponential backoff: uniform in [0, min(2 s, 100 ms × 2^attempt)].
+fn backoff(attempt: u32) -> Duration {
+    let cap = BACKOFF_BASE
+        .saturating_mul(1u32 << attempt.min(16))
+        .min(BACKOFF_MAX);
+    cap.mul_f64(fastrand::f64())
+}
+
+/// The shared cache's key for a query: NFKC, lower-cased, whitespace collapsed,
+/// so `Paris  Capital` and `paris capital` are one search.
+pub fn normalise_query(query: &str) -> String {
+    let folded: String = query.nfkc().collect::<String>().to_lowercase();
+    folded.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_stays_within_its_cap() {
+        for attempt in 0..20 {
+            let d = backoff(attempt);
+            assert!(d <= BACKOFF_MAX, "{attempt}: {d:?}");
+            assert!(
+                d <= BACKOFF_BASE * 2u32.pow(attempt.min(10)),
+                "{attempt}: {d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn cache_keys_ignore_case_width_and_spacing() {
+        assert_eq!(normalise_query("  Paris\tCapital "), "paris capital");
+        assert_eq!(normalise_query("ＰＡＲＩＳ"), "paris");
+        assert_ne!(normalise_query("paris"), normalise_query("pari s"));
+    }
+}

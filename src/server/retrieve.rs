@@ -1,0 +1,87 @@
+//! `POST /retrieve`: seeker's search as a Search-R1-style retriever, so other
+//! projects' rollout loops (Search-R1, RAG-R1 and their forks) can use it
+//! unchanged. Protocol: PROTOCOLS.md §1 and [`crate::search::retriever`].
+//!
+//! The queries go to the server's default backend through the dispatcher
+//! (limits, deadlines, shared cache). Documents come back as
+//! `{"id", "title", "text", "contents"}` with `contents` = `"{title}"\n{text}`,
+//! Search-R1's corpus format. A query that fails gets an empty list, and the
+//! response then carries `"errors"`: one message or `null` per query (an
+//! addition that Search-R1 clients ignore).
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+use super::chat::{body_bytes, parse, MAX_TOP_K};
+use super::error::ApiError;
+use super::AppState;
+use crate::search::retriever::{RetrieveRequest, RetrievedItem, WireDocument};
+
+/// Documents per query when the request's `topk` is null (Search-R1's
+/// `retrieval_topk` default).
+pub const DEFAULT_TOPK: usize = 3;
+
+/// Queries one request may carry.
+pub const MAX_QUERIES: usize = 64;
+
+#[derive(Serialize)]
+struct Body {
+    result: Vec<Vec<RetrievedItem>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    errors: Option<Vec<Option<String>>>,
+}
+
+/// The handler.
+pub async fn retrieve(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let request: RetrieveRequest = match body_bytes(body).and_then(|b| parse(&b)) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    if request.queries.len() > MAX_QUERIES {
+        return ApiError::invalid_field("queries", format!("at most {MAX_QUERIES} queries"))
+            .into_response();
+    }
+    let k = request.topk.unwrap_or(DEFAULT_TOPK);
+    if !(1..=MAX_TOP_K as usize).contains(&k) {
+        return ApiError::invalid_field("topk", format!("topk must be between 1 and {MAX_TOP_K}"))
+            .into_response();
+    }
+    let results = state.search.search_round(None, &request.queries, k).await;
+    let mut errors = Vec::with_capacity(results.len());
+    let result = results
+        .into_iter()
+        .map(|r| match r.result {
+            Ok(docs) => {
+                errors.push(None);
+                docs.iter()
+                    .map(|d| {
+                        let document = WireDocument::from_document(d);
+                        if request.return_scores {
+                            RetrievedItem::Scored {
+                                document,
+                                score: f64::from(d.score),
+                            }
+                        } else {
+                            RetrievedItem::Plain(document)
+                        }
+                    })
+                    .collect()
+            }
+            Err(e) => {
+                errors.push(Some(e.to_string()));
+                Vec::new()
+            }
+        })
+        .collect();
+    let errors = errors.iter().any(Option::is_some).then_some(errors);
+    Json(Body { result, errors }).into_response()
+}
