@@ -607,10 +607,12 @@ impl<'a> Rollout<'a> {
         let fresh = if missing.is_empty() {
             Vec::new()
         } else {
-            self.ctx
-                .search
-                .search_round(Some(&backend), &missing, k)
-                .await
+            // The client left: stop now, dropping every in-flight backend call
+            // (their connections close), rather than wait out the deadline.
+            tokio::select! {
+                () = self.events.closed() => return Err(RolloutError::Cancelled),
+                results = self.ctx.search.search_round(Some(&backend), &missing, k) => results,
+            }
         };
         let mut fresh: HashMap<String, QueryResult> = missing.into_iter().zip(fresh).collect();
         let mut records = Vec::with_capacity(queries.len());

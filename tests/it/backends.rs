@@ -375,10 +375,13 @@ async fn the_shared_cache_answers_repeats_across_requests() {
     assert!(stub.hits("boom") > hits);
 }
 
-#[tokio::test]
-async fn a_dropped_round_closes_its_backend_connections() {
-    // A raw TCP provider that reads the request, never answers, and reports
-    // when the client closes the connection.
+/// A raw TCP provider that reads one request, never answers, and reports
+/// when it has the request and when the client closes the connection.
+async fn hanging_provider() -> (
+    SocketAddr,
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (got_request, request_seen) = tokio::sync::oneshot::channel();
@@ -396,8 +399,14 @@ async fn a_dropped_round_closes_its_backend_connections() {
                 Ok(_) => {}
             }
         }
-        closed_tx.send(()).unwrap();
+        let _ = closed_tx.send(());
     });
+    (addr, request_seen, closed)
+}
+
+#[tokio::test]
+async fn a_dropped_round_closes_its_backend_connections() {
+    let (addr, request_seen, closed) = hanging_provider().await;
     let d = Arc::new({
         let mut d = Dispatcher::new(config(60_000, 60_000));
         let backend = RetrieverBackend::new(&format!("http://{addr}/retrieve"));
@@ -454,14 +463,21 @@ fn small_index(dir: &std::path::Path) -> Bm25Index {
     Bm25Index::open(&index).unwrap()
 }
 
-fn seeker_state(index: Bm25Index) -> Arc<AppState> {
-    let d = Dispatcher::single("tantivy", Arc::new(Bm25Backend::new(Arc::new(index))));
+/// Server state over `d` with the `search-r1` profile as the default.
+fn server_state(d: Dispatcher) -> Arc<AppState> {
     Arc::new(AppState::new(
         "test-model".into(),
         Arc::new(d),
         crate::common::profiles(),
         "search-r1".into(),
         GenerationConfig::default(),
+    ))
+}
+
+fn seeker_state(index: Bm25Index) -> Arc<AppState> {
+    server_state(Dispatcher::single(
+        "tantivy",
+        Arc::new(Bm25Backend::new(Arc::new(index))),
     ))
 }
 
@@ -723,4 +739,109 @@ fn backends_come_from_the_config_and_a_missing_key_names_its_variable() {
     .unwrap();
     assert_eq!(d.backend_names(), ["bing", "tantivy"]);
     assert_eq!(d.default_backend(), "bing");
+}
+
+#[tokio::test]
+async fn a_request_picks_a_configured_backend_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Dispatcher::new(DispatchConfig::default());
+    d.add(
+        "tantivy",
+        Arc::new(Bm25Backend::new(Arc::new(small_index(dir.path())))),
+        BackendLimits::default(),
+    );
+    let other = crate::common::StaticBackend::with(&[(
+        "capital of France",
+        vec![crate::common::doc(
+            "w1",
+            "From the web",
+            "Paris, says the web.",
+        )],
+    )]);
+    d.add("web", other, BackendLimits::default());
+    let state = server_state(d);
+    // Two requests, two rounds each, in turn.
+    state.set_engine(Arc::new(ScriptedEngine::new([
+        vec!["<search> capital of France </search>"],
+        vec!["<answer> Paris </answer>"],
+        vec!["<search> capital of France </search>"],
+        vec!["<answer> Paris </answer>"],
+    ])));
+    let ask = |backend: Option<&str>| {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": "What is the capital of France?"}],
+            "return_transcript": true,
+        });
+        if let Some(b) = backend {
+            body["search"] = json!({"backend": b});
+        }
+        let app = app(Arc::clone(&state));
+        async move {
+            use tower::ServiceExt;
+            let request = axum::http::Request::post("/v1/chat/completions")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(body.to_string()))
+                .unwrap();
+            let response = app.oneshot(request).await.unwrap();
+            let status = response.status();
+            let bytes = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (status, serde_json::from_slice::<Value>(&bytes).unwrap())
+        }
+    };
+    let (status, body) = ask(None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["seeker"]["documents"][0]["title"], "Paris", "{body}");
+    assert_eq!(body["seeker"]["documents"][0]["backend"], "tantivy");
+    let (status, body) = ask(Some("web")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["seeker"]["documents"][0]["title"], "From the web",
+        "{body}"
+    );
+    assert_eq!(body["seeker"]["documents"][0]["backend"], "web");
+    let (status, body) = ask(Some("nope")).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "search.backend");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tantivy, web"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_during_a_round_closes_the_backend_connection() {
+    let (provider, request_seen, closed) = hanging_provider().await;
+    let mut d = Dispatcher::new(config(60_000, 60_000));
+    let backend = RetrieverBackend::new(&format!("http://{provider}/retrieve"));
+    d.add("remote", Arc::new(backend), BackendLimits::default());
+    let state = server_state(d);
+    state.set_engine(Arc::new(ScriptedEngine::new([
+        vec!["<search> anything </search>"],
+        vec!["<answer> never </answer>"],
+    ])));
+    let addr = serve(app(state)).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("http://{addr}/v1/chat/completions"))
+        .json(&json!({
+            "stream": true,
+            "messages": [{"role": "user", "content": "What is anything?"}],
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    request_seen.await.unwrap();
+    drop(response);
+    drop(client);
+    tokio::time::timeout(Duration::from_secs(1), closed)
+        .await
+        .expect("the backend connection closes within a second of the client leaving")
+        .unwrap();
 }
