@@ -326,7 +326,13 @@ impl Config {
                     )))
                 }
                 BackendKind::Bing | BackendKind::Searxng | BackendKind::Retriever => {
-                    let url = b.url.as_deref().unwrap_or("");
+                    let Some(url) = b.url.as_deref() else {
+                        return Err(ConfigError::Invalid(format!(
+                            "{} is required for kind = {:?}",
+                            key("url"),
+                            format!("{:?}", b.kind).to_lowercase()
+                        )));
+                    };
                     if !(url.starts_with("http://") || url.starts_with("https://")) {
                         return Err(ConfigError::Invalid(format!(
                             "{} must be an http:// or https:// URL, got {url:?}",

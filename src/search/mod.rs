@@ -159,7 +159,8 @@ pub fn dispatcher_from_config(
         retries: 0,
         ..BackendLimits::default()
     };
-    d.add("tantivy", open(&config.index)?, local.clone());
+    let built_in = open(&config.index).map_err(|e| anyhow::anyhow!("search.index: {e}"))?;
+    d.add("tantivy", built_in, local.clone());
     for (name, b) in &config.backends {
         let url = b.url.clone().unwrap_or_default();
         let limits = BackendLimits {
