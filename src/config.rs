@@ -10,6 +10,7 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::mistral::ActivationDtype;
+use crate::search::dispatch::{BackendLimits, DispatchConfig};
 
 /// The default config file, used when it exists and no `--config` is given.
 pub const DEFAULT_CONFIG_FILE: &str = "config/seeker.toml";
@@ -94,16 +95,18 @@ pub struct SearchConfig {
     pub backends: BTreeMap<String, BackendConfig>,
 }
 
+/// The dispatcher's own defaults ([`DispatchConfig`]), in config units.
 impl Default for SearchConfig {
     fn default() -> Self {
+        let d = DispatchConfig::default();
         Self {
             index: "data/wiki/index".into(),
             default: "tantivy".into(),
-            round_timeout_ms: 10_000,
-            query_timeout_ms: 5_000,
-            cache_ttl_s: 600,
-            cache_capacity: 10_000,
-            max_document_chars: 2000,
+            round_timeout_ms: d.round_timeout.as_millis() as u64,
+            query_timeout_ms: d.query_timeout.as_millis() as u64,
+            cache_ttl_s: d.cache_ttl.as_secs(),
+            cache_capacity: d.cache_capacity,
+            max_document_chars: d.max_document_chars,
             backends: BTreeMap::new(),
         }
     }
@@ -153,11 +156,11 @@ pub struct BackendConfig {
 }
 
 fn default_concurrency() -> usize {
-    4
+    BackendLimits::default().concurrency
 }
 
 fn default_retries() -> u32 {
-    2
+    BackendLimits::default().retries
 }
 
 /// `[policy]`: which protocol profile serves requests.

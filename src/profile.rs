@@ -300,7 +300,8 @@ pub struct Profile {
     pub search_question_first: QuestionSearch,
     pub answer_fallback: AnswerFallback,
     /// Tags a document must not carry verbatim: query, answer and document
-    /// tags, stop strings, and every `<...>` tag in `splice.block`.
+    /// tags, stop strings, and every `<...>` tag in `splice.block` (those with
+    /// an angle bracket).
     control_tags: Vec<String>,
 }
 
@@ -420,7 +421,8 @@ impl Profile {
                 .find_iter(&raw.splice.block)
                 .map(|m| m.as_str().to_string()),
         )
-        .filter(|t| !t.is_empty())
+        // Only a tag with an angle bracket can be defused (see `neutralise`).
+        .filter(|t| t.contains(['<', '>']))
         .collect();
         control_tags.sort();
         control_tags.dedup();
@@ -638,6 +640,9 @@ impl Profile {
     /// `›`, e.g. `</information>` → `‹/information›`. Other text is untouched.
     pub fn neutralise<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
         let mut out = std::borrow::Cow::Borrowed(text);
+        if !text.contains(['<', '>']) {
+            return out;
+        }
         for tag in &self.control_tags {
             let lower = out.to_ascii_lowercase();
             let needle = tag.to_ascii_lowercase();

@@ -81,7 +81,7 @@ pub struct BackendLimits {
 impl Default for BackendLimits {
     fn default() -> Self {
         Self {
-            concurrency: 8,
+            concurrency: 4,
             requests_per_second: 0,
             retries: 2,
             strip_html: false,

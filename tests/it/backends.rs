@@ -24,7 +24,7 @@ use seeker::search::SearchError;
 use seeker::server::{app, AppState};
 use serde_json::{json, Value};
 
-use crate::common::profile;
+use crate::common::{post_json, profile};
 
 const KEY: &str = "secret-test-key-123";
 
@@ -489,15 +489,7 @@ async fn seekers_own_index_serves_post_retrieve_and_a_retriever_backend_reads_it
     let url = format!("http://{addr}/retrieve");
 
     // The protocol's own shape, with and without scores.
-    let body: Value = client
-        .post(&url)
-        .json(&json!({"queries": ["Mona Lisa painter", "capital of France"], "topk": 1, "return_scores": true}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body: Value = post_json(&client, &url, &json!({"queries": ["Mona Lisa painter", "capital of France"], "topk": 1, "return_scores": true})).await;
     let first = &body["result"][0][0];
     assert_eq!(first["document"]["id"], "0");
     assert_eq!(
@@ -507,15 +499,12 @@ async fn seekers_own_index_serves_post_retrieve_and_a_retriever_backend_reads_it
     assert!(first["score"].as_f64().unwrap() > 0.0);
     assert_eq!(body["result"][1][0]["document"]["title"], "Paris");
     assert!(body.get("errors").is_none());
-    let plain: Value = client
-        .post(&url)
-        .json(&json!({"queries": ["Mona Lisa"], "topk": null}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let plain: Value = post_json(
+        &client,
+        &url,
+        &json!({"queries": ["Mona Lisa"], "topk": null}),
+    )
+    .await;
     assert_eq!(plain["result"][0][0]["id"], "0");
 
     // Bad input: the API's error shape, naming the field.
@@ -617,12 +606,13 @@ async fn start_searx() -> Searx {
         .port();
     let corpus = crate::common::default_data("data/wiki/corpus.jsonl");
     let script = crate::common::root().join("tests/searx/make_searx.py");
-    let made = std::process::Command::new("python3")
+    let made = tokio::process::Command::new("python3")
         .arg(&script)
         .arg(&corpus)
         .arg(dir.path())
         .arg(port.to_string())
         .status()
+        .await
         .expect("python3 runs");
     assert!(made.success(), "{} failed", script.display());
     let log = std::fs::File::create(dir.path().join("searx.log")).unwrap();

@@ -85,3 +85,21 @@ pub fn default_data(relative: &str) -> PathBuf {
     );
     path
 }
+
+/// POSTs `body` as JSON to `url` and returns the JSON answer; panics on a
+/// transport error or a body that is not JSON.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: &serde_json::Value,
+) -> serde_json::Value {
+    client
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{default_data, root};
+use crate::common::{default_data, post_json, root};
 use crate::http::sse_data;
 
 const SEEKER: &str = env!("CARGO_BIN_EXE_seeker");
@@ -193,15 +193,12 @@ async fn real_model_searches_real_wikipedia_and_answers_streamed_and_not() {
         .any(|d| d["title"] == "Mona Lisa"));
 
     // Not streamed: greedy decoding gives the same final text.
-    let v: Value = client
-        .post(format!("{}/v1/chat/completions", server.base))
-        .json(&question(false))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        &client,
+        &format!("{}/v1/chat/completions", server.base),
+        &question(false),
+    )
+    .await;
     let message = &v["choices"][0]["message"];
     assert_eq!(
         message["content"].as_str().unwrap(),
@@ -237,9 +234,10 @@ async fn every_profile_continues_a_search_call_with_the_real_model(
             format!("Mona Lisa painter{} Leonardo da Vinci", p.query_separator)
         };
         let call = format!("{} {query} {}", p.query_open, p.query_close);
-        let v: Value = client
-            .post(format!("{base}/v1/chat/completions"))
-            .json(&json!({
+        let v: Value = post_json(
+            client,
+            &format!("{base}/v1/chat/completions"),
+            &json!({
                 "model": "default",
                 "policy": name,
                 "max_tokens": 24,
@@ -249,13 +247,9 @@ async fn every_profile_continues_a_search_call_with_the_real_model(
                     {"role": "user", "content": "Who painted the Mona Lisa?"},
                     {"role": "assistant", "content": call}
                 ]
-            }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            }),
+        )
+        .await;
         let seeker = &v["seeker"];
         assert_eq!(seeker["policy"], name.as_str(), "{v}");
         let transcript = seeker["transcript"]
@@ -321,15 +315,7 @@ async fn cjk_and_emoji_stream_without_replacement_characters(client: &reqwest::C
     assert!(!reasoning.contains('\u{fffd}'), "{reasoning}");
     assert!(reasoning.starts_with(opening), "{reasoning}");
     assert!(reasoning.len() > opening.len(), "the model wrote nothing");
-    let v: Value = client
-        .post(format!("{base}/v1/chat/completions"))
-        .json(&body(false))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(client, &format!("{base}/v1/chat/completions"), &body(false)).await;
     assert_eq!(
         v["choices"][0]["message"]["reasoning_content"].as_str(),
         Some(reasoning.as_str())
