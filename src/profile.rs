@@ -604,7 +604,7 @@ impl Profile {
                     q = q.replace(r.as_str(), "");
                 }
             }
-            let mut q = q.split_whitespace().collect::<Vec<_>>().join(" ");
+            let mut q = crate::search::clean::collapse_whitespace(&q);
             if q.is_empty() {
                 continue;
             }

@@ -28,7 +28,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use unicode_normalization::UnicodeNormalization;
 
-use super::clean::{strip_html, truncate_chars};
+use super::clean::{collapse_whitespace, strip_html, truncate_chars};
 use super::{Document, SearchBackend, SearchError};
 
 /// First retry delay before jitter; doubles per attempt.
@@ -378,8 +378,7 @@ fn backoff(attempt: u32) -> Duration {
 /// The shared cache's key for a query: NFKC, lower-cased, whitespace collapsed,
 /// so `Paris  Capital` and `paris capital` are one search.
 pub fn normalise_query(query: &str) -> String {
-    let folded: String = query.nfkc().collect::<String>().to_lowercase();
-    folded.split_whitespace().collect::<Vec<_>>().join(" ")
+    collapse_whitespace(&query.nfkc().collect::<String>().to_lowercase())
 }
 
 #[cfg(test)]
