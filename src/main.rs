@@ -131,6 +131,8 @@ fn main() -> ExitCode {
             }),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal, not in a log file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
