@@ -26,13 +26,35 @@ pub struct Config {
     pub generation: GenerationConfig,
 }
 
-/// `[server]`: where to listen.
+/// `[server]`: where to listen, who may call, and how much load to take.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     pub host: String,
     /// 0 picks a free port (printed at startup).
     pub port: u16,
+    /// Accepted `Authorization: Bearer` keys. Empty (with an empty
+    /// `api_keys_env` variable) means no authentication. Prefer the variable:
+    /// a key in a file is a key in every copy of that file.
+    pub api_keys: Vec<String>,
+    /// Environment variable holding more keys, comma-separated (default
+    /// `SEEKER_API_KEYS`). Keys are never logged.
+    pub api_keys_env: String,
+    /// Origins allowed to call the API from a browser (CORS). Empty (the
+    /// default) sends no CORS headers; `["*"]` allows any origin.
+    pub cors_origins: Vec<String>,
+    /// Largest request body, bytes (default 2 MiB); larger bodies get a 413.
+    pub max_body_bytes: usize,
+    /// Chat and `/retrieve` requests running at once; one more gets a 429 with
+    /// `Retry-After`. 0 = no limit. Health, metrics and docs are never limited.
+    pub max_concurrent_requests: usize,
+    /// Seconds one chat request may run, search rounds included; past it the
+    /// request ends with a `request_timeout` error. 0 = no deadline.
+    pub request_timeout_s: u64,
+    /// Seconds open streams may keep running after SIGTERM/SIGINT before they
+    /// are ended with a `server_shutting_down` error; new connections are
+    /// refused at once.
+    pub shutdown_grace_s: u64,
 }
 
 impl Default for ServerConfig {
@@ -40,7 +62,37 @@ impl Default for ServerConfig {
         Self {
             host: "127.0.0.1".into(),
             port: 8080,
+            api_keys: Vec::new(),
+            api_keys_env: "SEEKER_API_KEYS".into(),
+            cors_origins: Vec::new(),
+            max_body_bytes: 2 * 1024 * 1024,
+            max_concurrent_requests: 16,
+            request_timeout_s: 600,
+            shutdown_grace_s: 30,
         }
+    }
+}
+
+impl ServerConfig {
+    /// The keys from `api_keys` and the `api_keys_env` variable (looked up with
+    /// `env`), blanks dropped.
+    pub fn keys(&self, env: impl Fn(&str) -> Option<String>) -> Vec<String> {
+        let from_env = if self.api_keys_env.is_empty() {
+            None
+        } else {
+            env(&self.api_keys_env)
+        };
+        self.api_keys
+            .iter()
+            .cloned()
+            .chain(
+                from_env
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|k| k.trim().to_string()),
+            )
+            .filter(|k| !k.trim().is_empty())
+            .collect()
     }
 }
 
@@ -283,6 +335,18 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.server.max_body_bytes < 1024 {
+            return Err(ConfigError::Invalid(
+                "server.max_body_bytes must be at least 1024".into(),
+            ));
+        }
+        for origin in &self.server.cors_origins {
+            if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {
+                return Err(ConfigError::Invalid(format!(
+                    "server.cors_origins: {origin:?} is not a valid origin"
+                )));
+            }
+        }
         if self.generation.max_tokens == 0 || self.generation.max_tokens_limit == 0 {
             return Err(ConfigError::Invalid(
                 "generation.max_tokens and generation.max_tokens_limit must be at least 1".into(),
@@ -376,6 +440,13 @@ fn env_value(default: &serde_json::Value, raw: &str) -> Result<figment::value::V
             .parse::<u64>()
             .map(Value::from)
             .map_err(|_| format!("expected a non-negative integer, got {raw:?}")),
+        // Lists of strings: comma-separated.
+        serde_json::Value::Array(_) => Ok(Value::from(
+            raw.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect::<Vec<_>>(),
+        )),
         _ => Err("this setting cannot be set from the environment".into()),
     }
 }

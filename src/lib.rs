@@ -23,6 +23,7 @@
 pub mod config;
 pub mod engine;
 pub mod eval;
+pub mod metrics;
 pub mod profile;
 pub mod pyjson;
 pub mod rollout;

@@ -1,4 +1,5 @@
-//! The `seeker` command line: `serve`, `index`, `search`, `policies`.
+//! The `seeker` command line: `serve`, `index`, `search`, `policies`, `eval`,
+//! `openapi`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -62,6 +63,8 @@ enum Command {
         #[arg(long, default_value = "config/policies")]
         dir: PathBuf,
     },
+    /// Print the OpenAPI document the server serves at /openapi.json.
+    Openapi,
 }
 
 #[derive(clap::Args)]
@@ -145,6 +148,10 @@ fn main() -> ExitCode {
         } => cmd_search(&index, top_k as usize, &query.join(" ")),
         Command::Policies { dir } => cmd_policies(&dir),
         Command::Eval(args) => cmd_eval(*args),
+        Command::Openapi => {
+            print!("{}", seeker::server::api_doc::openapi_json());
+            Ok(())
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -67,6 +67,10 @@ pub struct RolloutRequest {
     pub top_k: Option<usize>,
     /// Search backend by configured name instead of the server's default.
     pub backend: Option<String>,
+    /// Strings that end the visible answer where they first appear (OpenAI's
+    /// `stop`); the string itself is not sent. Only answer text is matched:
+    /// reasoning, search calls and splices are never cut.
+    pub stop: Vec<String>,
 }
 
 /// Something that happened during a rollout, in order.
@@ -210,7 +214,6 @@ pub enum RolloutError {
 struct AnswerStripper {
     started: bool,
     held: String,
-    emitted: String,
 }
 
 impl AnswerStripper {
@@ -229,10 +232,71 @@ impl AnswerStripper {
         if keep == 0 {
             return None;
         }
-        let out: String = self.held.drain(..keep).collect();
-        self.emitted.push_str(&out);
-        Some(out)
+        Some(self.held.drain(..keep).collect())
     }
+}
+
+/// Cuts the answer at the first stop string. Text that could be the start of
+/// a stop string is held back until the next piece shows whether it is, so a
+/// stop string split across tokens is still caught and never half-sent.
+#[derive(Default)]
+struct StopFilter {
+    stops: Vec<String>,
+    held: String,
+    stopped: bool,
+}
+
+impl StopFilter {
+    fn new(stops: &[String]) -> Self {
+        Self {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The part of `text` (after what was held) that can be sent now; once a
+    /// stop string has appeared, nothing more.
+    fn push(&mut self, text: &str) -> String {
+        if self.stopped {
+            return String::new();
+        }
+        if self.stops.is_empty() {
+            return text.to_string();
+        }
+        self.held.push_str(text);
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.held.find(s.as_str()))
+            .min()
+        {
+            self.stopped = true;
+            self.held.truncate(at);
+            return std::mem::take(&mut self.held);
+        }
+        let hold = self
+            .stops
+            .iter()
+            .map(|s| partial_overlap(&self.held, s))
+            .max()
+            .unwrap_or(0);
+        self.held.drain(..self.held.len() - hold).collect()
+    }
+
+    /// What was held back, at the end of the answer.
+    fn flush(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// Length of the longest proper prefix of `stop` that `text` ends with. The
+/// cut it implies is a char boundary of `text`: equal bytes starting where
+/// `stop` starts begin a character.
+fn partial_overlap(text: &str, stop: &str) -> usize {
+    (1..stop.len())
+        .rev()
+        .find(|&k| text.as_bytes().ends_with(&stop.as_bytes()[..k]))
+        .unwrap_or(0)
 }
 
 /// Runs one rollout to the end, sending events on `events`.
@@ -273,6 +337,10 @@ struct Rollout<'a> {
     /// Reasoning-region text generated since the last splice (the fallback answer).
     since_splice: String,
     answer: AnswerStripper,
+    /// The request's stop strings, applied to the stripped answer.
+    stop: StopFilter,
+    /// Answer text sent so far: the answer.
+    answer_sent: String,
     /// The answer region was opened in the current round.
     answer_open: bool,
 }
@@ -298,8 +366,20 @@ impl<'a> Rollout<'a> {
             cache: HashMap::new(),
             since_splice: String::new(),
             answer: AnswerStripper::default(),
+            stop: StopFilter::new(&request.stop),
+            answer_sent: String::new(),
             answer_open: false,
         }
+    }
+
+    /// Sends answer text through the stop filter.
+    async fn emit_answer(&mut self, text: &str) -> Result<(), RolloutError> {
+        let out = self.stop.push(text);
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.answer_sent.push_str(&out);
+        self.emit(RolloutEvent::Answer(out)).await
     }
 
     async fn emit(&self, event: RolloutEvent) -> Result<(), RolloutError> {
@@ -373,7 +453,7 @@ impl<'a> Rollout<'a> {
                 scanner.push(&text, &mut scanned);
                 end = self.on_scan_events(&mut scanned).await?;
             }
-            if end.is_none() {
+            if end.is_none() && !self.stop.stopped {
                 let remaining = self
                     .request
                     .max_tokens
@@ -410,7 +490,7 @@ impl<'a> Rollout<'a> {
                 self.usage.prompt_tokens = generation
                     .prompt_tokens
                     .saturating_sub(self.generated_before_round);
-                while end.is_none() && engine_finish.is_none() {
+                while end.is_none() && engine_finish.is_none() && !self.stop.stopped {
                     let next = tokio::select! {
                         // The client left: stop now, not at the next token (a long
                         // prefill emits nothing for a while). Dropping the stream
@@ -444,6 +524,12 @@ impl<'a> Rollout<'a> {
             }
 
             let kept = scanner.kept_text().to_string();
+            if self.stop.stopped {
+                // A stop string ended the answer.
+                self.transcript.push_str(&kept);
+                self.record(round_number, RoundOutcome::Answer, round_tokens);
+                return self.finish(FinishReason::Stop).await;
+            }
             match end {
                 Some(RoundEnd::Query(raw)) if !self.answer.started => {
                     self.transcript
@@ -557,7 +643,7 @@ impl<'a> Rollout<'a> {
                 text,
             } => {
                 if let Some(delta) = self.answer.push(&text) {
-                    self.emit(RolloutEvent::Answer(delta)).await?;
+                    self.emit_answer(&delta).await?;
                 }
             }
             ScanEvent::Open(Region::Query) => {
@@ -675,21 +761,20 @@ impl<'a> Rollout<'a> {
     }
 
     async fn finish(mut self, finish_reason: FinishReason) -> Result<RolloutOutcome, RolloutError> {
-        let answer = if self.answer.started || self.answer_open {
-            // The answer was (being) streamed: what was sent is the answer.
-            self.answer.emitted.clone()
-        } else {
-            match self.ctx.profile.answer_fallback {
-                AnswerFallback::None => String::new(),
-                AnswerFallback::AfterLastSplice => {
-                    let text = self.since_splice.trim().to_string();
-                    if !text.is_empty() {
-                        self.emit(RolloutEvent::Answer(text.clone())).await?;
-                    }
-                    text
-                }
+        if !(self.answer.started || self.answer_open) {
+            if let AnswerFallback::AfterLastSplice = self.ctx.profile.answer_fallback {
+                let text = self.since_splice.trim().to_string();
+                self.emit_answer(&text).await?;
             }
-        };
+        }
+        // A partial stop string that never completed is answer text after all.
+        let rest = self.stop.flush();
+        if !rest.is_empty() {
+            self.answer_sent.push_str(&rest);
+            self.emit(RolloutEvent::Answer(rest)).await?;
+        }
+        // What was sent is the answer.
+        let answer = std::mem::take(&mut self.answer_sent);
         let transcript = self.transcript.split_off(self.prompt_len);
         Ok(RolloutOutcome {
             answer,
@@ -701,5 +786,67 @@ impl<'a> Rollout<'a> {
             transcript,
             rounds: std::mem::take(&mut self.rounds),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Feeds `pieces` through a filter for `stops`; what a client receives.
+    fn filtered(stops: &[&str], pieces: &[&str]) -> (String, bool) {
+        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
+        let mut f = StopFilter::new(&stops);
+        let mut out = String::new();
+        for p in pieces {
+            out.push_str(&f.push(p));
+        }
+        out.push_str(&f.flush());
+        (out, f.stopped)
+    }
+
+    #[test]
+    fn stop_strings_cut_the_answer_even_across_pieces() {
+        assert_eq!(
+            filtered(&["\n\n"], &["Paris", "\n", "\nmore"]),
+            ("Paris".into(), true)
+        );
+        assert_eq!(
+            filtered(&["END", "."], &["Par", "is. E", "ND"]),
+            ("Paris".into(), true)
+        );
+        // A partial match that does not complete is sent at the end.
+        assert_eq!(filtered(&["STOP"], &["a ST", "O"]), ("a STO".into(), false));
+        assert_eq!(filtered(&[], &["a", "b"]), ("ab".into(), false));
+        assert_eq!(
+            filtered(&["é"], &["caf", "é au lait"]),
+            ("caf".into(), true)
+        );
+    }
+
+    proptest! {
+        /// However the answer is split into pieces, the client gets the text
+        /// up to the first stop string, and never part of a stop string.
+        #[test]
+        fn any_split_gives_the_text_before_the_first_stop(
+            text in "[ab\\n é]{0,24}",
+            stop in "[ab\\n é]{1,3}",
+            cuts in proptest::collection::vec(0usize..32, 0..6),
+        ) {
+            let mut bounds: Vec<usize> = cuts
+                .into_iter()
+                .map(|c| c.min(text.len()))
+                .filter(|&c| text.is_char_boundary(c))
+                .collect();
+            bounds.push(0);
+            bounds.push(text.len());
+            bounds.sort_unstable();
+            let pieces: Vec<&str> = bounds.windows(2).map(|w| &text[w[0]..w[1]]).collect();
+            let (out, stopped) = filtered(&[stop.as_str()], &pieces);
+            let expected = text.find(stop.as_str()).map_or(text.as_str(), |at| &text[..at]);
+            prop_assert_eq!(out.as_str(), expected);
+            prop_assert_eq!(stopped, text.contains(stop.as_str()));
+        }
     }
 }

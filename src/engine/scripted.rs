@@ -6,6 +6,7 @@
 //! prompt it was given so tests can check the transcript byte for byte.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,6 +24,19 @@ pub struct ScriptedEngine {
     prompts: Arc<Mutex<Vec<String>>>,
     delay: Duration,
     context_limit: Option<usize>,
+    /// Generations whose task is still running.
+    running: Arc<AtomicUsize>,
+    /// Put each script back at the end after playing it.
+    cycle: bool,
+}
+
+/// Decrements the running count when a generation task ends, however it ends.
+struct Running(Arc<AtomicUsize>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl ScriptedEngine {
@@ -44,6 +58,19 @@ impl ScriptedEngine {
     pub fn with_delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
+    }
+
+    /// Plays the scripts round and round instead of once (a demo or API test
+    /// server that must answer any number of requests).
+    pub fn cycling(mut self) -> Self {
+        self.cycle = true;
+        self
+    }
+
+    /// Generations still producing pieces: 0 once every request has finished
+    /// or been cancelled (cancellation tests).
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
     }
 
     /// Refuses prompts of `limit` or more whitespace-separated words (its
@@ -94,16 +121,21 @@ impl Engine for ScriptedEngine {
             .lock()
             .expect("prompts lock")
             .push(prompt.to_string());
-        let script = self
-            .scripts
-            .lock()
-            .expect("scripts lock")
-            .pop_front()
-            .unwrap_or_default();
+        let script = {
+            let mut scripts = self.scripts.lock().expect("scripts lock");
+            let script = scripts.pop_front().unwrap_or_default();
+            if self.cycle {
+                scripts.push_back(script.clone());
+            }
+            script
+        };
         let (tx, rx) = mpsc::channel(16);
         let params = params.clone();
         let delay = self.delay;
+        self.running.fetch_add(1, Ordering::SeqCst);
+        let running = Running(Arc::clone(&self.running));
         tokio::spawn(async move {
+            let _running = running;
             let mut text = String::new();
             let mut finish = EngineFinish::Stop;
             let mut stop_seen = false;
@@ -113,7 +145,11 @@ impl Engine for ScriptedEngine {
                     break;
                 }
                 if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+                    // A dropped receiver cancels at once, even mid-delay.
+                    tokio::select! {
+                        () = tokio::time::sleep(delay) => {}
+                        () = tx.closed() => return,
+                    }
                 }
                 text.push_str(&piece);
                 let stop_now = stop_seen;

@@ -19,7 +19,6 @@
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +29,7 @@ use unicode_normalization::UnicodeNormalization;
 
 use super::clean::{collapse_whitespace, strip_html, truncate_chars};
 use super::{Document, SearchBackend, SearchError};
+use crate::metrics::Metrics;
 
 /// First retry delay before jitter; doubles per attempt.
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
@@ -97,19 +97,6 @@ pub struct QueryResult {
     pub cached: bool,
 }
 
-/// Counters since startup.
-#[derive(Debug, Default)]
-pub struct DispatchStats {
-    /// Queries answered from the shared cache.
-    pub cache_hits: AtomicU64,
-    /// Queries sent to a backend (after the cache), retries not counted.
-    pub searches: AtomicU64,
-    /// Retries after a retryable failure.
-    pub retries: AtomicU64,
-    /// Queries that failed (after retries).
-    pub failures: AtomicU64,
-}
-
 struct Limited {
     backend: Arc<dyn SearchBackend>,
     limits: BackendLimits,
@@ -125,7 +112,7 @@ pub struct Dispatcher {
     default: String,
     config: DispatchConfig,
     cache: Option<moka::future::Cache<CacheKey, Arc<Vec<Document>>>>,
-    stats: DispatchStats,
+    metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -152,7 +139,7 @@ impl Dispatcher {
             default: String::new(),
             config,
             cache,
-            stats: DispatchStats::default(),
+            metrics: Arc::new(Metrics::new()),
         }
     }
 
@@ -209,9 +196,17 @@ impl Dispatcher {
         self.backends.contains_key(name)
     }
 
-    /// Counters since startup.
-    pub fn stats(&self) -> &DispatchStats {
-        &self.stats
+    /// Records search metrics into `metrics` instead of the dispatcher's own
+    /// registry (the server shares one registry for everything).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Where search latency, queries, errors, retries and cache hits are
+    /// counted (`seeker_search_*`).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Searches every query of a round at once on `backend` (the default when
@@ -253,10 +248,14 @@ impl Dispatcher {
                 }
             }
         });
+        self.metrics.queries_per_round.observe(queries.len() as f64);
         let results = futures::future::join_all(searches).await;
         for r in &results {
             if let Err(e) = &r.result {
-                self.stats.failures.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .search_errors
+                    .with_label_values(&[name, e.kind()])
+                    .inc();
                 tracing::warn!(backend = name, kind = e.kind(), error = %e, "search failed");
             }
         }
@@ -272,8 +271,14 @@ impl Dispatcher {
         deadline: Instant,
     ) -> QueryResult {
         let fetch = async {
-            self.stats.searches.fetch_add(1, Ordering::Relaxed);
-            let docs = self.attempts(limited, query, k, deadline).await?;
+            self.metrics.search_queries.with_label_values(&[name]).inc();
+            let started = Instant::now();
+            let docs = self.attempts(name, limited, query, k, deadline).await;
+            self.metrics
+                .search_duration
+                .with_label_values(&[name])
+                .observe(started.elapsed().as_secs_f64());
+            let docs = docs?;
             Ok::<_, SearchError>(Arc::new(self.tidy(name, limited, docs)))
         };
         let Some(cache) = &self.cache else {
@@ -287,7 +292,10 @@ impl Dispatcher {
             Ok(entry) => {
                 let cached = !entry.is_fresh();
                 if cached {
-                    self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    self.metrics
+                        .search_cache_hits
+                        .with_label_values(&[name])
+                        .inc();
                 }
                 QueryResult {
                     result: Ok(entry.into_value().as_ref().clone()),
@@ -304,6 +312,7 @@ impl Dispatcher {
     /// The backend call with its slot, rate budget and retries.
     async fn attempts(
         &self,
+        name: &str,
         limited: &Limited,
         query: &str,
         k: usize,
@@ -335,7 +344,7 @@ impl Dispatcher {
                         wait_ms = wait.as_millis() as u64,
                         "retrying search"
                     );
-                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.search_retries.with_label_values(&[name]).inc();
                     tokio::time::sleep(wait).await;
                     attempt += 1;
                 }

@@ -15,7 +15,7 @@ use super::web::{http_client, parse_json, read_body, transport_error};
 use super::{Document, SearchBackend, SearchError};
 
 /// `POST /retrieve` request body.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct RetrieveRequest {
     pub queries: Vec<String>,
     /// Documents per query; `null` for the server's default (Search-R1: 3).
@@ -34,7 +34,7 @@ pub struct RetrieveResponse {
 }
 
 /// One retrieved item: scored (`{"document", "score"}`) or the document itself.
-#[derive(Clone, Debug, Deserialize, Serialize)]
+#[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum RetrievedItem {
     Scored { document: WireDocument, score: f64 },
@@ -42,8 +42,9 @@ pub enum RetrievedItem {
 }
 
 /// A document on the wire; see the module docs for the accepted shapes.
-#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct WireDocument {
+    /// A string here; a string or an integer from other servers.
     #[serde(default, deserialize_with = "string_or_int")]
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,33 +2,35 @@
 //! SSE chunks or one JSON response.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::Stream;
 use tokio::sync::mpsc;
 
-use super::error::{ApiError, ErrorCode};
+use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::openai::{
     ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Citation,
     Delta, ResponseMessage, SeekerChunk, SeekerEvent, SeekerInfo, Usage,
 };
 use super::AppState;
 use crate::engine::{ChatTurn, EngineError, Role};
+use crate::metrics::Metrics;
 use crate::profile::Profile;
 use crate::rollout::{
     self, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
 };
 
-/// Largest request body accepted (axum's default limit), in bytes.
-pub const MAX_BODY_BYTES: usize = 2 * 1024 * 1024;
+/// Stop strings one request may give (OpenAI's limit).
+pub const MAX_STOP_SEQUENCES: usize = 4;
 
 /// Largest `search.top_k` a request may ask for.
 pub const MAX_TOP_K: u32 = 50;
@@ -150,6 +152,19 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
             return Err(ApiError::invalid_field("top_p", "top_p must be in (0, 1]"));
         }
     }
+    let stop = req.stop.map(|s| s.into_vec()).unwrap_or_default();
+    if stop.len() > MAX_STOP_SEQUENCES {
+        return Err(ApiError::invalid_field(
+            "stop",
+            format!("stop takes at most {MAX_STOP_SEQUENCES} strings"),
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid_field(
+            "stop",
+            "stop strings must not be empty",
+        ));
+    }
     let (param, requested) = match (req.max_completion_tokens, req.max_tokens) {
         (Some(n), _) => ("max_completion_tokens", Some(n)),
         (None, Some(n)) => ("max_tokens", Some(n)),
@@ -261,6 +276,7 @@ fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, A
             continue_final_message,
             top_k,
             backend: backend_choice,
+            stop,
         },
         profile,
         stream: req.stream.unwrap_or(false),
@@ -338,13 +354,16 @@ fn usage(outcome: &RolloutOutcome) -> Usage {
     }
 }
 
-/// The body, or the error for one over [`MAX_BODY_BYTES`] or unreadable.
-pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+/// The body, or the error for one over `limit` bytes or unreadable.
+pub(crate) fn body_bytes(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
     body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
                 ErrorCode::PayloadTooLarge,
-                format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+                format!("the request body is larger than {limit} bytes"),
             )
         } else {
             ApiError::new(ErrorCode::InvalidJson, format!("cannot read the body: {e}"))
@@ -352,15 +371,199 @@ pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, A
     })
 }
 
-/// The handler.
+/// A 415 unless the body is declared `application/json` (parameters such as
+/// `charset` allowed).
+pub(crate) fn require_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let declared = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    match declared.as_deref() {
+        Some("application/json") => Ok(()),
+        Some(other) => Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            format!("the body must be sent as application/json, not {other}"),
+        )),
+        None => Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "the body must be sent with Content-Type: application/json",
+        )),
+    }
+}
+
+/// How a bounded rollout ended.
+enum Ended {
+    Done(Result<RolloutOutcome, RolloutError>),
+    /// The per-request deadline passed.
+    Timeout,
+    /// The shutdown grace period ended.
+    Shutdown,
+}
+
+impl Ended {
+    /// The outcome, or the error to send.
+    fn into_result(self, state: &AppState) -> Result<RolloutOutcome, ApiError> {
+        match self {
+            Ended::Done(r) => r.map_err(engine_error),
+            Ended::Timeout => {
+                state.metrics.request_timeouts.inc();
+                Err(ApiError::new(
+                    ErrorCode::RequestTimeout,
+                    format!(
+                        "the request ran past this server's deadline of {} s \
+                         (server.request_timeout_s); ask for fewer tokens",
+                        state.ops.request_timeout.unwrap_or_default().as_secs()
+                    ),
+                ))
+            }
+            Ended::Shutdown => Err(shutting_down()),
+        }
+    }
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::new(
+        ErrorCode::ShuttingDown,
+        "the server is shutting down; retry the request on a running instance",
+    )
+}
+
+/// Runs `rollout` until it ends, the request's deadline (from `started`)
+/// passes, or the server's shutdown grace period ends; the rollout is dropped
+/// (and so cancelled) in the last two cases.
+async fn bounded(
+    state: &AppState,
+    started: Instant,
+    rollout: impl Future<Output = Result<RolloutOutcome, RolloutError>>,
+) -> Ended {
+    let deadline = async {
+        match state.ops.request_timeout {
+            Some(limit) => tokio::time::sleep_until((started + limit).into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        result = rollout => Ended::Done(result),
+        () = deadline => Ended::Timeout,
+        () = state.ops.ending() => Ended::Shutdown,
+    }
+}
+
+/// One request's latency and token metrics, from its rollout events; if it
+/// is dropped before [`Observer::finish`] or [`Observer::fail`], the client
+/// left, and that is counted with the phase it left in.
+struct Observer {
+    metrics: Arc<Metrics>,
+    started: Instant,
+    first_token: bool,
+    first_answer_token: bool,
+    /// `before_first_token`, `decode` or `search`.
+    phase: &'static str,
+    done: bool,
+}
+
+impl Observer {
+    fn new(metrics: Arc<Metrics>, started: Instant) -> Self {
+        Self {
+            metrics,
+            started,
+            first_token: false,
+            first_answer_token: false,
+            phase: "before_first_token",
+            done: false,
+        }
+    }
+
+    fn on_event(&mut self, event: &RolloutEvent) {
+        let seconds = self.started.elapsed().as_secs_f64();
+        match event {
+            RolloutEvent::Reasoning(_) | RolloutEvent::Answer(_) => {
+                if !self.first_token {
+                    self.first_token = true;
+                    self.metrics.time_to_first_token.observe(seconds);
+                }
+                if matches!(event, RolloutEvent::Answer(_)) && !self.first_answer_token {
+                    self.first_answer_token = true;
+                    self.metrics.time_to_first_answer_token.observe(seconds);
+                }
+                self.phase = "decode";
+            }
+            RolloutEvent::Search { .. } => self.phase = "search",
+            // The question search runs before any token.
+            RolloutEvent::Splice(_) if self.first_token => self.phase = "decode",
+            RolloutEvent::Splice(_) | RolloutEvent::Results(_) => {}
+        }
+    }
+
+    fn finish(&mut self, outcome: &RolloutOutcome) {
+        self.done = true;
+        let m = &self.metrics;
+        m.rollout_duration
+            .observe(self.started.elapsed().as_secs_f64());
+        m.prompt_tokens.inc_by(outcome.usage.prompt_tokens as u64);
+        m.generated_tokens
+            .inc_by(outcome.usage.completion_tokens as u64);
+        let rounds = outcome.rounds.iter().filter(|r| r.round > 0).count();
+        m.rollout_rounds.observe(rounds as f64);
+    }
+
+    fn fail(&mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        if !self.done {
+            self.metrics
+                .client_disconnects
+                .with_label_values(&[self.phase])
+                .inc();
+            tracing::info!(phase = self.phase, "client left; request cancelled");
+        }
+    }
+}
+
+/// Runs a search-augmented chat completion: the policy reasons, searches
+/// (every query of a round at once), reads the spliced documents and answers.
+/// With `stream: true` the response is `text/event-stream`: `data:` lines of
+/// `chat.completion.chunk` JSON, `reasoning_content` for the trace and
+/// `content` for the answer, search events in `seeker.event`, then
+/// `data: [DONE]`. An error after the stream started is sent as a `data:`
+/// event in the error shape, then `[DONE]`.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "openai", security(("bearer" = [])),
+    request_body(content = ChatCompletionRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The completion (`stream: false`) or an SSE stream of chunks (`stream: true`)",
+            content((ChatCompletion = "application/json"), (ChatCompletionChunk = "text/event-stream"))),
+        (status = 400, description = "Invalid JSON or field (`param` names it), or context length exceeded", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body over `server.max_body_bytes`", body = ErrorBody),
+        (status = 415, description = "Body not sent as application/json", body = ErrorBody),
+        (status = 429, description = "`server.max_concurrent_requests` running",
+            headers(("Retry-After" = u64, description = "Seconds to wait")), body = ErrorBody),
+        (status = 500, description = "The engine failed", body = ErrorBody),
+        (status = 503, description = "The model is loading, or the server is shutting down", body = ErrorBody),
+        (status = 504, description = "`server.request_timeout_s` passed", body = ErrorBody),
+    ))]
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let body = match body_bytes(body) {
-        Ok(b) => b,
-        Err(e) => return e.into_response(),
-    };
+    let started = Instant::now();
+    let body =
+        match require_json(&headers).and_then(|()| body_bytes(body, state.ops.max_body_bytes)) {
+            Ok(b) => b,
+            Err(e) => return e.into_response(),
+        };
     let validated =
         match parse::<ChatCompletionRequest>(&body).and_then(|req| validate(&state, req)) {
             Ok(v) => v,
@@ -373,40 +576,54 @@ pub async fn chat_completions(
         )
         .into_response();
     };
+    if state.ops.is_ending() {
+        return shutting_down().into_response();
+    }
     let ctx = RolloutContext {
         engine,
         search: Arc::clone(&state.search),
         profile: Arc::clone(&validated.profile),
     };
     if validated.stream {
-        stream(state, ctx, validated).into_response()
+        stream(state, ctx, validated, started).into_response()
     } else {
-        complete(state, ctx, validated).await
+        complete(state, ctx, validated, started).await
     }
 }
 
-async fn complete(state: Arc<AppState>, ctx: RolloutContext, validated: Validated) -> Response {
+async fn complete(
+    state: Arc<AppState>,
+    ctx: RolloutContext,
+    validated: Validated,
+    started: Instant,
+) -> Response {
     let request = validated.rollout;
+    let mut observer = Observer::new(Arc::clone(&state.metrics), started);
     let (tx, mut rx) = mpsc::channel(64);
-    let run = async move {
-        let result = rollout::run(&ctx, &request, &tx).await;
+    let run = async {
+        let ended = bounded(&state, started, rollout::run(&ctx, &request, &tx)).await;
         drop(tx);
-        result
+        ended
     };
     let collect = async {
         let mut reasoning = String::new();
         while let Some(event) = rx.recv().await {
+            observer.on_event(&event);
             if let RolloutEvent::Reasoning(text) | RolloutEvent::Splice(text) = event {
                 reasoning.push_str(&text);
             }
         }
         reasoning
     };
-    let (result, reasoning) = tokio::join!(run, collect);
-    let outcome = match result {
+    let (ended, reasoning) = tokio::join!(run, collect);
+    let outcome = match ended.into_result(&state) {
         Ok(o) => o,
-        Err(e) => return engine_error(e).into_response(),
+        Err(e) => {
+            observer.fail();
+            return e.into_response();
+        }
     };
+    observer.finish(&outcome);
     Json(ChatCompletion {
         id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
         object: "chat.completion".into(),
@@ -480,13 +697,20 @@ fn stream(
     state: Arc<AppState>,
     ctx: RolloutContext,
     validated: Validated,
+    started: Instant,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let request = validated.rollout;
     let (profile, return_transcript) = (validated.profile, validated.return_transcript);
     let include_usage = validated.include_usage;
     let (tx, mut rx) = mpsc::channel(64);
-    // The rollout stops at its next event once this stream (and so `rx`) is dropped.
-    let task = tokio::spawn(async move { rollout::run(&ctx, &request, &tx).await });
+    // The rollout stops at once when this stream (and so `rx`) is dropped.
+    let task = {
+        let state = Arc::clone(&state);
+        tokio::spawn(
+            async move { bounded(&state, started, rollout::run(&ctx, &request, &tx)).await },
+        )
+    };
+    let mut observer = Observer::new(Arc::clone(&state.metrics), started);
     let writer = ChunkWriter {
         id: format!("chatcmpl-{}", uuid::Uuid::new_v4().simple()),
         created: now(),
@@ -495,6 +719,7 @@ fn stream(
     let events = async_stream::stream! {
         yield Ok(writer.delta(Delta { role: Some("assistant".into()), ..Delta::default() }, None, None));
         while let Some(event) = rx.recv().await {
+            observer.on_event(&event);
             if let Some(event) = seeker_event(&event) {
                 yield Ok(writer.delta(Delta::default(), None, Some(SeekerChunk::Event { event })));
                 continue;
@@ -514,16 +739,21 @@ fn stream(
             };
             yield Ok(writer.delta(delta, None, None));
         }
-        match task.await {
+        match task.await.map(|ended| ended.into_result(&state)) {
             Ok(Ok(outcome)) => {
+                observer.finish(&outcome);
                 let info = seeker_info(&profile, &outcome, return_transcript);
                 yield Ok(writer.delta(Delta::default(), Some(finish_reason(&outcome)), Some(SeekerChunk::Final(info))));
                 if include_usage {
                     yield Ok(writer.frame(Vec::new(), Some(usage(&outcome)), None));
                 }
             }
-            Ok(Err(e)) => yield Ok(Event::default().data(engine_error(e).to_json())),
+            Ok(Err(e)) => {
+                observer.fail();
+                yield Ok(Event::default().data(e.to_json()));
+            }
             Err(e) => {
+                observer.fail();
                 tracing::error!(error = %e, "rollout task failed");
                 let err = ApiError::new(ErrorCode::EngineFailure, "the rollout failed; see the server log");
                 yield Ok(Event::default().data(err.to_json()));

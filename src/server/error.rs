@@ -1,6 +1,25 @@
 //! API errors: one table of codes, each with its HTTP status and OpenAI error
 //! `type`, rendered as `{"error": {"message", "type", "param", "code"}}` in JSON
-//! bodies and inside SSE streams alike.
+//! bodies and inside SSE streams alike (a stream that fails after its 200 sends
+//! the error as a `data:` event, then `data: [DONE]`). Messages say what the
+//! client can do; internal causes go to the log, never into a response.
+//!
+//! | code | status | type | when |
+//! |---|---|---|---|
+//! | `invalid_json` | 400 | invalid_request_error | body is not one JSON object |
+//! | `payload_too_large` | 413 | invalid_request_error | body over `server.max_body_bytes` |
+//! | `invalid_value` | 400 | invalid_request_error | a field has a wrong type or value (`param` names it) |
+//! | `unknown_url` | 404 | invalid_request_error | no such route |
+//! | `method_not_allowed` | 405 | invalid_request_error | wrong method on a route |
+//! | `model_not_found` | 404 | invalid_request_error | `model` is not the served one |
+//! | `context_length_exceeded` | 400 | invalid_request_error | prompt longer than the model's context |
+//! | `unsupported_media_type` | 415 | invalid_request_error | body not sent as `application/json` |
+//! | `invalid_api_key` | 401 | invalid_request_error | keys configured and none (or a wrong one) sent |
+//! | `rate_limit_exceeded` | 429 | requests | `server.max_concurrent_requests` running; `Retry-After` says when to retry |
+//! | `model_loading` | 503 | server_error | the model has not finished loading |
+//! | `server_shutting_down` | 503 | server_error | SIGTERM: the grace period ended the request |
+//! | `request_timeout` | 504 | server_error | `server.request_timeout_s` passed |
+//! | `engine_error` | 500 | server_error | the engine failed (cause in the log) |
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -38,7 +57,12 @@ error_codes! {
     MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED, "invalid_request_error");
     ModelNotFound => ("model_not_found", NOT_FOUND, "invalid_request_error");
     ContextLengthExceeded => ("context_length_exceeded", BAD_REQUEST, "invalid_request_error");
+    UnsupportedMediaType => ("unsupported_media_type", UNSUPPORTED_MEDIA_TYPE, "invalid_request_error");
+    Unauthorized => ("invalid_api_key", UNAUTHORIZED, "invalid_request_error");
+    Overloaded => ("rate_limit_exceeded", TOO_MANY_REQUESTS, "requests");
     ModelLoading => ("model_loading", SERVICE_UNAVAILABLE, "server_error");
+    ShuttingDown => ("server_shutting_down", SERVICE_UNAVAILABLE, "server_error");
+    RequestTimeout => ("request_timeout", GATEWAY_TIMEOUT, "server_error");
     EngineFailure => ("engine_error", INTERNAL_SERVER_ERROR, "server_error");
 }
 
@@ -51,18 +75,25 @@ pub struct ApiError {
     pub param: Option<String>,
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: ErrorObject<'a>,
+/// The error body's shape, for the OpenAPI document.
+#[derive(Serialize, utoipa::ToSchema)]
+#[schema(as = ErrorResponse)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorObject<'a>,
 }
 
-#[derive(Serialize)]
-struct ErrorObject<'a> {
-    message: &'a str,
+/// OpenAI's error object.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorObject<'a> {
+    /// What went wrong and what to do about it.
+    pub message: &'a str,
+    /// OpenAI error type: `invalid_request_error`, `requests`, `server_error`.
     #[serde(rename = "type")]
-    kind: &'static str,
-    param: Option<&'a str>,
-    code: &'static str,
+    pub kind: &'static str,
+    /// The request field at fault, when there is one (`messages[0].content`).
+    pub param: Option<&'a str>,
+    /// Machine-readable code from the table in this module's docs.
+    pub code: &'static str,
 }
 
 impl ApiError {

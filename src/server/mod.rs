@@ -2,28 +2,43 @@
 //! trait, and renders; the core never sees HTTP types.
 //!
 //! Routes: `POST /v1/chat/completions` ([`chat`]), `GET /v1/models`,
-//! `GET /v1/models/{id}`, `GET /health` (503 while the model loads), `GET /`
-//! (the web UI from `static/`). Anything else is a JSON 404/405.
+//! `GET /v1/models/{id}`, `POST /retrieve` ([`retrieve`]), `GET /health` (503
+//! while the model loads), `GET /metrics` (Prometheus), `GET /openapi.json`
+//! and `GET /docs` (Swagger UI, served from the binary), `GET /` (the web UI
+//! from `static/`). Anything else is a JSON 404/405.
+//!
+//! Every response carries `x-request-id` (the client's, or a new UUID), which
+//! also tags the request's log lines. Middleware ([`ops`]) checks API keys,
+//! limits concurrent chat/`/retrieve` requests, and counts requests per route.
 
+pub mod api_doc;
 pub mod chat;
 pub mod error;
 pub mod openai;
+pub mod ops;
 pub mod retrieve;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderName, HeaderValue, Method, Request};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{middleware, Json, Router};
+use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::{DefaultOnFailure, DefaultOnResponse, TraceLayer};
 use tracing::Level;
+use utoipa::OpenApi;
 
 use crate::config::{Config, GenerationConfig};
 use crate::engine::mistral::{MistralConfig, MistralEngine};
 use crate::engine::Engine;
+use crate::metrics::Metrics;
 use crate::profile::Profile;
 use crate::search::dispatch::Dispatcher;
 use error::{ApiError, ErrorCode};
@@ -45,6 +60,12 @@ pub struct AppState {
     /// The served model id (`/v1/models`).
     pub model_id: String,
     pub generation: GenerationConfig,
+    /// Every metric (`GET /metrics`); shared with the dispatcher.
+    pub metrics: Arc<Metrics>,
+    /// API keys, limits, deadline and the shutdown signal.
+    pub ops: ops::Ops,
+    /// Browser origins allowed by CORS; empty = no CORS headers.
+    cors_origins: Vec<String>,
     started: u64,
 }
 
@@ -64,8 +85,12 @@ impl AppState {
             profiles.contains_key(&default_policy),
             "default policy {default_policy:?} is not loaded"
         );
+        let metrics = Arc::clone(search.metrics());
         Self {
             engine: OnceLock::new(),
+            metrics,
+            ops: ops::Ops::default(),
+            cors_origins: Vec::new(),
             search,
             profiles: profiles
                 .into_iter()
@@ -78,6 +103,18 @@ impl AppState {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
         }
+    }
+
+    /// With the `[server]` settings (keys, limits, deadline, CORS) instead of
+    /// the defaults; `keys` are the accepted API keys.
+    pub fn with_server_config(
+        mut self,
+        config: &crate::config::ServerConfig,
+        keys: &[String],
+    ) -> Self {
+        self.ops = ops::Ops::new(config, keys);
+        self.cors_origins = config.cors_origins.clone();
+        self
     }
 
     /// Marks the model as loaded. A second call is ignored.
@@ -109,25 +146,37 @@ impl AppState {
     }
 }
 
+/// The `x-request-id` header.
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
 /// The router, without a listener (tests call it directly).
 pub fn app(state: Arc<AppState>) -> Router {
-    Router::new()
+    let body_limit = DefaultBodyLimit::max(state.ops.max_body_bytes);
+    let limited = middleware::from_fn_with_state(Arc::clone(&state), ops::limit);
+    let router = Router::new()
         .route("/", get(|| async { Html(INDEX_HTML) }))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(model))
         .route(
             "/v1/chat/completions",
-            post(chat::chat_completions).layer(DefaultBodyLimit::max(chat::MAX_BODY_BYTES)),
+            post(chat::chat_completions)
+                .layer(body_limit)
+                .layer(limited.clone()),
         )
         .route(
             "/retrieve",
-            post(retrieve::retrieve).layer(DefaultBodyLimit::max(chat::MAX_BODY_BYTES)),
+            post(retrieve::retrieve).layer(body_limit).layer(limited),
+        )
+        .merge(
+            utoipa_swagger_ui::SwaggerUi::new("/docs")
+                .url("/openapi.json", api_doc::ApiDoc::openapi()),
         )
         .fallback(|| async {
             ApiError::new(
                 ErrorCode::UnknownRoute,
-                "no such route; see the README for the API",
+                "no such route; see /docs for the API",
             )
         })
         .method_not_allowed_fallback(|| async {
@@ -136,24 +185,99 @@ pub fn app(state: Arc<AppState>) -> Router {
                 "method not allowed on this route",
             )
         })
-        // One INFO line per response (method, path, status, latency). Failures
-        // are logged where they happen, with their cause; a 503 while the model
-        // loads is not one.
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            ops::authenticate,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            ops::track,
+        ));
+    let router = match cors(&state.cors_origins) {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router
+        // Layers run bottom-up: the id is set first, logged by the trace span,
+        // and copied onto the response.
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        // One INFO line per response (method, path, status, latency) inside a
+        // span with the request id. Failures are logged where they happen,
+        // with their cause; a 503 while the model loads is not one.
         .layer(
             TraceLayer::new_for_http()
+                .make_span_with(|request: &Request<axum::body::Body>| {
+                    let id = request
+                        .headers()
+                        .get(&REQUEST_ID)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    tracing::info_span!(
+                        "request",
+                        id = %id,
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                    )
+                })
                 .on_response(DefaultOnResponse::new().level(Level::INFO))
                 .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
         )
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
         .with_state(state)
 }
 
+/// The CORS layer for `origins` (`*` = any), or none when the list is empty.
+fn cors(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| HeaderValue::from_str(o).ok()))
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE])
+            .expose_headers([REQUEST_ID, header::RETRY_AFTER])
+            .max_age(Duration::from_secs(600)),
+    )
+}
+
+/// Prometheus text format (version 0.0.4) of every `seeker_*` metric.
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain")))]
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Readiness: 200 `{"status": "ok"}` once the model is loaded, 503 before.
+#[utoipa::path(get, path = "/health", tag = "operations", responses(
+    (status = 200, description = "Ready", body = openai::Health),
+    (status = 503, description = "The model is loading", body = error::ErrorBody)))]
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     match state.engine() {
-        Some(_) => Json(serde_json::json!({"status": "ok"})).into_response(),
+        Some(_) => Json(openai::Health {
+            status: "ok".into(),
+        })
+        .into_response(),
         None => ApiError::new(ErrorCode::ModelLoading, "the model is loading").into_response(),
     }
 }
 
+/// The served model (one), with the policies a request may name.
+#[utoipa::path(get, path = "/v1/models", tag = "openai", security(("bearer" = [])),
+    responses((status = 200, body = ModelList),
+        (status = 401, description = "Missing or wrong API key", body = error::ErrorBody)))]
 async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
     Json(ModelList {
         object: "list".into(),
@@ -161,6 +285,12 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
     })
 }
 
+/// One model by id (the served id or `default`).
+#[utoipa::path(get, path = "/v1/models/{id}", tag = "openai", security(("bearer" = [])),
+    params(("id" = String, Path, description = "Served model id or `default`")),
+    responses((status = 200, body = ModelObject),
+        (status = 401, description = "Missing or wrong API key", body = error::ErrorBody),
+        (status = 404, description = "No such model", body = error::ErrorBody)))]
 async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
     if id == state.model_id || id == "default" {
         Json(state.model_object()).into_response()
@@ -206,13 +336,25 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         policy = %config.policy.default,
         "search ready"
     );
-    let state = Arc::new(AppState::new(
-        config.model.id.clone(),
-        Arc::new(search),
-        profiles,
-        config.policy.default.clone(),
-        config.generation.clone(),
-    ));
+    let keys = config.server.keys(|var| std::env::var(var).ok());
+    let metrics = Arc::new(Metrics::new());
+    let state = Arc::new(
+        AppState::new(
+            config.model.id.clone(),
+            Arc::new(search.with_metrics(metrics)),
+            profiles,
+            config.policy.default.clone(),
+            config.generation.clone(),
+        )
+        .with_server_config(&config.server, &keys),
+    );
+    tracing::info!(
+        api_keys = keys.len(),
+        cors = %config.server.cors_origins.join(", "),
+        max_concurrent_requests = config.server.max_concurrent_requests,
+        request_timeout_s = config.server.request_timeout_s,
+        "server settings"
+    );
 
     let listener = tokio::net::TcpListener::bind((config.server.host.as_str(), config.server.port))
         .await
@@ -246,12 +388,44 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         loading.set_engine(Arc::new(engine));
         anyhow::Ok(())
     };
-    let server = axum::serve(listener, app(state)).with_graceful_shutdown(shutdown_signal());
+    let grace = Duration::from_secs(config.server.shutdown_grace_s);
+    let server = run(listener, state, shutdown_signal(), grace);
     tokio::select! {
         result = server => result?,
         result = async { load.await?; std::future::pending::<anyhow::Result<()>>().await } => result?,
     }
     Ok(())
+}
+
+/// Serves `app(state)` on `listener` until `shutdown` resolves; then refuses
+/// new connections, lets open requests run for `grace`, ends the ones still
+/// running (streams get a `server_shutting_down` error event and `[DONE]`,
+/// others a 503), and returns once every connection has closed.
+///
+/// # Errors
+/// The listener failed.
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let ending = Arc::clone(&state);
+    let signal = async move {
+        shutdown.await;
+        tracing::info!(
+            grace_s = grace.as_secs_f64(),
+            "shutting down: refusing new connections, letting open requests finish"
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            tracing::info!("grace period over: ending the requests still running");
+            ending.ops.end_running_requests();
+        });
+    };
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(signal)
+        .await
 }
 
 async fn shutdown_signal() {
@@ -273,5 +447,4 @@ async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
-    tracing::info!("shutting down");
 }

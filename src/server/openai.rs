@@ -9,7 +9,7 @@ use crate::rollout::RoundRecord;
 use crate::search::Document;
 
 /// `POST /v1/chat/completions` body. Unknown fields are ignored, as OpenAI does.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ChatCompletionRequest {
     /// Served model id or `default`; absent means `default`.
     #[serde(default)]
@@ -33,9 +33,19 @@ pub struct ChatCompletionRequest {
     /// (0, 1].
     #[serde(default)]
     pub top_p: Option<f64>,
-    /// Only 1 is supported.
+    /// Only 1 is supported; other values are a 400 naming `n`.
     #[serde(default)]
     pub n: Option<u32>,
+    /// Up to 4 strings that end the visible answer (`content`) where they
+    /// first appear; the stop string itself is not returned. They never cut a
+    /// search round or the reasoning trace.
+    #[serde(default)]
+    pub stop: Option<StopSequences>,
+    /// Accepted for compatibility, not honoured: the engine has one random
+    /// generator for all requests (mistral.rs 0.8.1). Greedy decoding
+    /// (`temperature` 0, the default) is the reproducible mode.
+    #[serde(default)]
+    pub seed: Option<i64>,
     /// Accepted for compatibility; not used.
     #[serde(default)]
     pub user: Option<String>,
@@ -55,15 +65,40 @@ pub struct ChatCompletionRequest {
     pub search: Option<SearchOptions>,
 }
 
+/// `stop`: one string or a list of them.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum StopSequences {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl StopSequences {
+    /// The strings, in order.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::One(s) => vec![s],
+            Self::Many(v) => v,
+        }
+    }
+}
+
+/// `GET /health` when ready.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: String,
+}
+
 /// OpenAI's `stream_options`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: bool,
 }
 
 /// The `search` request extension.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchOptions {
     /// Backend name; only the configured one (`tantivy`) exists so far.
@@ -75,7 +110,7 @@ pub struct SearchOptions {
 }
 
 /// One message. `content` is a string or an array of `{"type": "text", "text"}` parts.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     pub role: MessageRole,
     #[serde(default)]
@@ -83,7 +118,7 @@ pub struct ChatMessage {
 }
 
 /// Roles seeker accepts; `developer` is treated as `system`.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum MessageRole {
     System,
@@ -103,7 +138,7 @@ impl From<MessageRole> for Role {
 }
 
 /// Message content in either of OpenAI's shapes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
@@ -111,7 +146,7 @@ pub enum MessageContent {
 }
 
 /// A content part; only `text` parts carry text.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -141,7 +176,7 @@ impl MessageContent {
 
 /// Token counts: `prompt_tokens` covers the prompt and every spliced document
 /// block; `completion_tokens` every token generated in every round.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -149,7 +184,7 @@ pub struct Usage {
 }
 
 /// A document the answer was grounded on.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct Citation {
     pub id: String,
     pub title: String,
@@ -160,7 +195,7 @@ pub struct Citation {
 }
 
 /// seeker's extension object on the final message / last chunk.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct SeekerInfo {
     /// Policy profile that served the request.
     pub policy: String,
@@ -176,12 +211,13 @@ pub struct SeekerInfo {
     /// With `return_transcript`: every round with its queries, documents and
     /// generated token count.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
     pub rounds: Option<Vec<RoundRecord>>,
 }
 
 /// A search event, sent in a chunk of its own (`seeker.event`) with an empty
 /// delta, as it happens.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum SeekerEvent {
     /// A search call with its cleaned queries and what cleaning changed.
@@ -212,7 +248,7 @@ pub enum SeekerEvent {
 }
 
 /// The `seeker` field of a chunk: a search event, or the final information.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum SeekerChunk {
     Event { event: SeekerEvent },
@@ -231,7 +267,7 @@ impl From<&Document> for Citation {
 }
 
 /// Non-streamed response.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ChatCompletion {
     pub id: String,
     pub object: String,
@@ -242,7 +278,7 @@ pub struct ChatCompletion {
     pub seeker: SeekerInfo,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Choice {
     pub index: u32,
     pub message: ResponseMessage,
@@ -251,7 +287,7 @@ pub struct Choice {
 
 /// The assistant message: the answer in `content`, the trace (reasoning,
 /// search calls and spliced documents) in `reasoning_content`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResponseMessage {
     pub role: String,
     pub content: String,
@@ -259,7 +295,7 @@ pub struct ResponseMessage {
 }
 
 /// One SSE chunk.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,
     pub object: String,
@@ -273,14 +309,14 @@ pub struct ChatCompletionChunk {
     pub seeker: Option<SeekerChunk>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
     pub finish_reason: Option<String>,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Delta {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -291,13 +327,13 @@ pub struct Delta {
 }
 
 /// `GET /v1/models`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelList {
     pub object: String,
     pub data: Vec<ModelObject>,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelObject {
     pub id: String,
     pub object: String,

@@ -14,12 +14,13 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
-use super::chat::{body_bytes, parse, MAX_TOP_K};
-use super::error::ApiError;
+use super::chat::{body_bytes, parse, require_json, MAX_TOP_K};
+use super::error::{ApiError, ErrorBody};
 use super::AppState;
 use crate::search::retriever::{RetrieveRequest, RetrievedItem, WireDocument};
 
@@ -30,19 +31,39 @@ pub const DEFAULT_TOPK: usize = 3;
 /// Queries one request may carry.
 pub const MAX_QUERIES: usize = 64;
 
-#[derive(Serialize)]
-struct Body {
-    result: Vec<Vec<RetrievedItem>>,
+/// `POST /retrieve` response: Search-R1's `result`, plus `errors` when a
+/// query failed.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct RetrieveResponseBody {
+    /// One list per query, in query order.
+    pub result: Vec<Vec<RetrievedItem>>,
+    /// Present when a query failed: per query, its error message or `null`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    errors: Option<Vec<Option<String>>>,
+    pub errors: Option<Vec<Option<String>>>,
 }
 
-/// The handler.
+/// Searches every query at once on the default backend, answering in the
+/// Search-R1 retriever protocol (PROTOCOLS.md §1).
+#[utoipa::path(post, path = "/retrieve", tag = "search", security(("bearer" = [])),
+    request_body(content = RetrieveRequest, content_type = "application/json"),
+    responses(
+        (status = 200, body = RetrieveResponseBody),
+        (status = 400, description = "Invalid JSON or field", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body not sent as application/json", body = ErrorBody),
+        (status = 429, description = "Too many requests running",
+            headers(("Retry-After" = u64, description = "Seconds to wait")), body = ErrorBody),
+    ))]
 pub async fn retrieve(
     State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let request: RetrieveRequest = match body_bytes(body).and_then(|b| parse(&b)) {
+    let request: RetrieveRequest = match require_json(&headers)
+        .and_then(|()| body_bytes(body, state.ops.max_body_bytes))
+        .and_then(|b| parse(&b))
+    {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
@@ -83,5 +104,5 @@ pub async fn retrieve(
         })
         .collect();
     let errors = errors.iter().any(Option::is_some).then_some(errors);
-    Json(Body { result, errors }).into_response()
+    Json(RetrieveResponseBody { result, errors }).into_response()
 }

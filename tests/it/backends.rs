@@ -278,7 +278,13 @@ async fn retry_after_is_honoured_then_the_query_succeeds() {
     assert!(started.elapsed() >= Duration::from_secs(1));
     assert_eq!(results[0].result.as_ref().unwrap().len(), 2);
     assert_eq!(stub.hits("limited"), 2);
-    assert_eq!(d.stats().retries.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        d.metrics()
+            .search_retries
+            .with_label_values(&["bing"])
+            .get(),
+        1
+    );
 
     // Without retries the 429 is the answer.
     let (_stub, addr) = start_stub().await;
@@ -365,7 +371,13 @@ async fn the_shared_cache_answers_repeats_across_requests() {
     assert_eq!(first[0].result, second[0].result);
     assert_eq!(stub.hits("Eiffel tower"), 1);
     assert_eq!(stub.hits("eiffel   TOWER"), 0);
-    assert_eq!(d.stats().cache_hits.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        d.metrics()
+            .search_cache_hits
+            .with_label_values(&["bing"])
+            .get(),
+        1
+    );
     // Another top-k is another search; failures are never cached.
     d.search_round(None, &queries(&["Eiffel tower"]), 3).await;
     assert_eq!(stub.hits("Eiffel tower"), 2);
@@ -562,6 +574,7 @@ async fn a_document_can_neither_close_the_block_nor_start_a_search() {
         continue_final_message: false,
         top_k: Some(1),
         backend: None,
+        stop: Vec::new(),
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
     let outcome = run(&ctx, &request, &tx).await.unwrap();

@@ -400,3 +400,137 @@ async fn include_usage_adds_one_usage_chunk_before_done() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["usage"], usage_chunk["usage"]);
 }
+
+#[tokio::test]
+async fn stop_cuts_the_answer_but_never_the_search_rounds() {
+    // "Vinci" appears in the reasoning and in the document too: only the
+    // answer is cut.
+    let engine = ScriptedEngine::new([
+        vec![
+            "<think>da Vinci? check</think>",
+            "<search> Mona Lisa painter </search>",
+        ],
+        vec!["<answer> Leonardo da", " Vinci, the painter </answer>"],
+    ]);
+    let body = json!({
+        "stop": [" Vinci", "zzz"],
+        "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+    });
+    let (status, text) = send(
+        state(Some(engine)),
+        "POST",
+        "/v1/chat/completions",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "Leonardo da");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    let reasoning = v["choices"][0]["message"]["reasoning_content"]
+        .as_str()
+        .unwrap();
+    assert!(
+        reasoning.contains("<think>da Vinci? check</think>"),
+        "{reasoning}"
+    );
+    assert!(reasoning.contains("Leonardo da Vinci."), "{reasoning}");
+    assert_eq!(v["seeker"]["searches"], 1);
+
+    // Streamed: the same answer, and no piece of the stop string is sent.
+    let engine = ScriptedEngine::new([
+        vec!["<search> Mona Lisa painter </search>"],
+        vec!["<answer> Leonardo da V", "inci </answer>"],
+    ]);
+    let body = json!({
+        "stream": true,
+        "stop": " Vinci",
+        "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+    });
+    let (_, text) = send(
+        state(Some(engine)),
+        "POST",
+        "/v1/chat/completions",
+        &body.to_string(),
+    )
+    .await;
+    let content: String = sse_data(&text)
+        .iter()
+        .filter(|d| d.as_str() != "[DONE]")
+        .filter_map(|d| {
+            let v: Value = serde_json::from_str(d).unwrap();
+            v["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(content, "Leonardo da");
+}
+
+#[tokio::test]
+async fn stop_and_seed_are_validated_like_openai() {
+    for (extra, param) in [
+        (json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
+        (json!({"stop": [""]}), "stop"),
+        (json!({"stop": 3}), "stop"),
+        (json!({"seed": "x"}), "seed"),
+        (json!({"n": 2}), "n"),
+    ] {
+        let mut body = json!({"messages": [{"role": "user", "content": "q"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (status, text) = send(
+            state(Some(script())),
+            "POST",
+            "/v1/chat/completions",
+            &body.to_string(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
+        assert_eq!(error_of(&text)["param"], param, "{text}");
+    }
+    // A seed is accepted (greedy decoding is the reproducible mode).
+    let body = json!({"seed": 7, "user": "u1", "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]});
+    let (status, text) = send(
+        state(Some(script())),
+        "POST",
+        "/v1/chat/completions",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+}
+
+#[tokio::test]
+async fn the_committed_openapi_spec_is_the_generated_one() {
+    let committed = std::fs::read_to_string(crate::common::root().join("static/openapi.json"))
+        .expect("static/openapi.json exists");
+    let generated = seeker::server::api_doc::openapi_json();
+    assert!(
+        committed == generated,
+        "static/openapi.json is stale: run `cargo run -- openapi > static/openapi.json`"
+    );
+    let (status, served) = send(state(None), "GET", "/openapi.json", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let served: Value = serde_json::from_str(&served).unwrap();
+    let generated: Value = serde_json::from_str(&generated).unwrap();
+    assert_eq!(served, generated);
+    for path in [
+        "/v1/chat/completions",
+        "/v1/models",
+        "/retrieve",
+        "/health",
+        "/metrics",
+    ] {
+        assert!(generated["paths"][path].is_object(), "{path} undocumented");
+    }
+    // The docs page is served from the binary (no CDN).
+    let (status, page) = send(state(None), "GET", "/docs/", "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("swagger"), "{page}");
+    assert!(
+        !page.contains("https://"),
+        "the docs page must work offline"
+    );
+}

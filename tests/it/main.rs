@@ -1,6 +1,7 @@
 //! Integration tests, one binary (it links mistral.rs once).
 //! - `rollout`: the search loop with a scripted engine and an in-memory backend.
 //! - `http`: the API surface through the router, no model needed.
+//! - `ops`: keys, CORS, limits, deadline, shutdown, cancellation, metrics over TCP.
 //! - `e2e`: the real binary, the real default GGUF and corpus (fetch them first
 //!   with `scripts/fetch-defaults.sh --no-index`).
 
@@ -8,6 +9,7 @@ mod backends;
 mod common;
 mod e2e;
 mod http;
+mod ops;
 mod protocols;
 mod rollout;
 mod splice;

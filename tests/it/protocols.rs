@@ -51,6 +51,7 @@ fn request(messages: Vec<ChatTurn>) -> RolloutRequest {
         continue_final_message: false,
         top_k: None,
         backend: None,
+        stop: Vec::new(),
     }
 }
 

@@ -25,6 +25,7 @@ fn request(question: &str, max_tokens: usize) -> RolloutRequest {
         continue_final_message: false,
         top_k: None,
         backend: None,
+        stop: Vec::new(),
     }
 }
 

@@ -1,0 +1,256 @@
+//! Prometheus metrics: the one module that owns every metric name.
+//!
+//! Names follow Prometheus conventions (`seeker_` prefix, `_seconds` and
+//! `_total` unit suffixes; DESIGN.md). Labels are bounded: `route` is a route
+//! template (`/v1/chat/completions`, or `unmatched`), `status` an HTTP status
+//! code, `backend` a configured backend name, `kind` a [`SearchError`] kind,
+//! `phase` one of `before_first_token`, `decode`, `search`. Query text,
+//! request ids and client addresses never become labels.
+//!
+//! [`SearchError`]: crate::search::SearchError
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
+};
+
+/// Latency buckets in seconds, 5 ms to 5 min: search calls take milliseconds,
+/// CPU rollouts take tens of seconds.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+];
+
+/// Buckets for small counts (rounds per request, queries per round).
+const COUNT_BUCKETS: &[f64] = &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 16.0];
+
+/// Every metric seeker exports, registered in its own [`Registry`].
+pub struct Metrics {
+    registry: Registry,
+    /// `seeker_http_requests_total{route,status}`: finished HTTP requests.
+    pub http_requests: IntCounterVec,
+    /// `seeker_http_request_duration_seconds{route}`: from the request to the
+    /// end of its response body (the whole stream for SSE).
+    pub http_request_duration: HistogramVec,
+    /// `seeker_requests_in_flight`: requests whose response has not finished.
+    pub requests_in_flight: IntGauge,
+    /// `seeker_requests_rejected_total{reason}`: `overloaded` (429) or
+    /// `unauthorized` (401).
+    pub requests_rejected: IntCounterVec,
+    /// `seeker_time_to_first_token_seconds`: from the request to the first
+    /// generated text (reasoning or answer), question search included.
+    pub time_to_first_token: Histogram,
+    /// `seeker_time_to_first_answer_token_seconds`: to the first answer text.
+    pub time_to_first_answer_token: Histogram,
+    /// `seeker_rollout_duration_seconds`: a finished chat completion, end to end.
+    pub rollout_duration: Histogram,
+    /// `seeker_prompt_tokens_total`: prompt plus spliced documents, per usage.
+    pub prompt_tokens: IntCounter,
+    /// `seeker_generated_tokens_total`: tokens generated in all rounds.
+    pub generated_tokens: IntCounter,
+    /// `seeker_rollout_rounds`: generation rounds per finished rollout.
+    pub rollout_rounds: Histogram,
+    /// `seeker_search_queries_per_round`: queries of one search call.
+    pub queries_per_round: Histogram,
+    /// `seeker_search_duration_seconds{backend}`: one query to a backend
+    /// (slot wait, rate limit and retries included; cache hits excluded).
+    pub search_duration: HistogramVec,
+    /// `seeker_search_queries_total{backend}`: queries sent to a backend.
+    pub search_queries: IntCounterVec,
+    /// `seeker_search_errors_total{backend,kind}`: queries that failed.
+    pub search_errors: IntCounterVec,
+    /// `seeker_search_retries_total{backend}`: retries after 429/5xx/connection errors.
+    pub search_retries: IntCounterVec,
+    /// `seeker_search_cache_hits_total{backend}`: queries served by the shared cache.
+    pub search_cache_hits: IntCounterVec,
+    /// `seeker_client_disconnects_total{phase}`: requests whose client left
+    /// before the response was finished.
+    pub client_disconnects: IntCounterVec,
+    /// `seeker_request_timeouts_total`: requests ended by the per-request deadline.
+    pub request_timeouts: IntCounter,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn histogram(name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+        .expect("valid histogram")
+}
+
+fn histogram_vec(name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+    HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("valid histogram")
+}
+
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).expect("valid counter")
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter")
+}
+
+impl Metrics {
+    /// A fresh registry with every metric at zero.
+    pub fn new() -> Self {
+        let m = Self {
+            registry: Registry::new(),
+            http_requests: counter_vec(
+                "seeker_http_requests_total",
+                "Finished HTTP requests by route template and status code.",
+                &["route", "status"],
+            ),
+            http_request_duration: histogram_vec(
+                "seeker_http_request_duration_seconds",
+                "Time from a request to the end of its response body.",
+                &["route"],
+                LATENCY_BUCKETS,
+            ),
+            requests_in_flight: IntGauge::new(
+                "seeker_requests_in_flight",
+                "Requests whose response has not finished.",
+            )
+            .expect("valid gauge"),
+            requests_rejected: counter_vec(
+                "seeker_requests_rejected_total",
+                "Requests refused before running: overloaded (429) or unauthorized (401).",
+                &["reason"],
+            ),
+            time_to_first_token: histogram(
+                "seeker_time_to_first_token_seconds",
+                "Time from a chat request to its first generated token.",
+                LATENCY_BUCKETS,
+            ),
+            time_to_first_answer_token: histogram(
+                "seeker_time_to_first_answer_token_seconds",
+                "Time from a chat request to the first token of its answer.",
+                LATENCY_BUCKETS,
+            ),
+            rollout_duration: histogram(
+                "seeker_rollout_duration_seconds",
+                "Time from a chat request to the end of its rollout.",
+                LATENCY_BUCKETS,
+            ),
+            prompt_tokens: counter(
+                "seeker_prompt_tokens_total",
+                "Prompt tokens of finished rollouts, spliced documents included.",
+            ),
+            generated_tokens: counter(
+                "seeker_generated_tokens_total",
+                "Tokens generated by finished rollouts, all rounds.",
+            ),
+            rollout_rounds: histogram(
+                "seeker_rollout_rounds",
+                "Generation rounds per finished rollout.",
+                COUNT_BUCKETS,
+            ),
+            queries_per_round: histogram(
+                "seeker_search_queries_per_round",
+                "Queries in one search call.",
+                COUNT_BUCKETS,
+            ),
+            search_duration: histogram_vec(
+                "seeker_search_duration_seconds",
+                "Time to answer one query from a backend, waits and retries included.",
+                &["backend"],
+                LATENCY_BUCKETS,
+            ),
+            search_queries: counter_vec(
+                "seeker_search_queries_total",
+                "Queries sent to a backend (cache misses).",
+                &["backend"],
+            ),
+            search_errors: counter_vec(
+                "seeker_search_errors_total",
+                "Queries that failed, by backend and failure kind.",
+                &["backend", "kind"],
+            ),
+            search_retries: counter_vec(
+                "seeker_search_retries_total",
+                "Backend calls retried after a 429, 5xx or connection error.",
+                &["backend"],
+            ),
+            search_cache_hits: counter_vec(
+                "seeker_search_cache_hits_total",
+                "Queries answered by the shared search cache.",
+                &["backend"],
+            ),
+            client_disconnects: counter_vec(
+                "seeker_client_disconnects_total",
+                "Requests whose client left before the response finished, by phase.",
+                &["phase"],
+            ),
+            request_timeouts: counter(
+                "seeker_request_timeouts_total",
+                "Requests ended by the per-request deadline.",
+            ),
+        };
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(m.http_requests.clone()),
+            Box::new(m.http_request_duration.clone()),
+            Box::new(m.requests_in_flight.clone()),
+            Box::new(m.requests_rejected.clone()),
+            Box::new(m.time_to_first_token.clone()),
+            Box::new(m.time_to_first_answer_token.clone()),
+            Box::new(m.rollout_duration.clone()),
+            Box::new(m.prompt_tokens.clone()),
+            Box::new(m.generated_tokens.clone()),
+            Box::new(m.rollout_rounds.clone()),
+            Box::new(m.queries_per_round.clone()),
+            Box::new(m.search_duration.clone()),
+            Box::new(m.search_queries.clone()),
+            Box::new(m.search_errors.clone()),
+            Box::new(m.search_retries.clone()),
+            Box::new(m.search_cache_hits.clone()),
+            Box::new(m.client_disconnects.clone()),
+            Box::new(m.request_timeouts.clone()),
+        ];
+        for c in collectors {
+            m.registry.register(c).expect("metric names are unique");
+        }
+        m
+    }
+
+    /// Every metric in the Prometheus text exposition format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding into a Vec cannot fail");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prefixed_names_with_units() {
+        let m = Metrics::new();
+        m.search_duration
+            .with_label_values(&["tantivy"])
+            .observe(0.01);
+        m.http_requests.with_label_values(&["/health", "200"]).inc();
+        let text = m.render();
+        assert!(text.contains("seeker_search_duration_seconds_bucket{backend=\"tantivy\""));
+        assert!(text.contains("seeker_http_requests_total{route=\"/health\",status=\"200\"} 1"));
+        assert!(text.contains("seeker_requests_in_flight 0"));
+        assert!(text.contains("seeker_time_to_first_token_seconds_count 0"));
+        for line in text.lines().filter(|l| l.starts_with("# TYPE")) {
+            assert!(line.starts_with("# TYPE seeker_"), "{line}");
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Operations middleware: API keys, the concurrency limit, per-route HTTP
+//! metrics with the in-flight gauge, and the shutdown signal shared by every
+//! running request.
+//!
+//! Guards that must last as long as a response (a concurrency slot, the
+//! in-flight count, the latency timer) ride inside the response body: they
+//! are released when the body is finished or dropped, so a streamed response
+//! holds its slot until its last event and a client that leaves releases it at
+//! once.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use super::error::{ApiError, ErrorCode};
+use super::AppState;
+use crate::config::ServerConfig;
+use crate::metrics::Metrics;
+
+/// Seconds a client is told to wait after a 429 (`Retry-After`).
+pub const RETRY_AFTER_S: u64 = 1;
+
+/// Paths that never need a key: liveness, the web UI shell and the API docs.
+const OPEN_PATHS: &[&str] = &["/health", "/", "/openapi.json"];
+
+/// Operational settings of a running server (from `[server]`).
+#[derive(Debug)]
+pub struct Ops {
+    /// SHA-256 of each accepted key; empty means no authentication.
+    key_digests: Vec<[u8; 32]>,
+    /// Slots for chat and `/retrieve` requests; `None` = no limit.
+    slots: Option<Arc<Semaphore>>,
+    /// Deadline of one chat request.
+    pub request_timeout: Option<Duration>,
+    /// Largest request body, bytes.
+    pub max_body_bytes: usize,
+    /// `true` once running requests must end (after the shutdown grace period).
+    shutdown: watch::Sender<bool>,
+}
+
+impl Ops {
+    /// From `[server]` and the API keys (already read from config and env).
+    pub fn new(config: &ServerConfig, keys: &[String]) -> Self {
+        Self {
+            key_digests: keys.iter().map(|k| digest(k)).collect(),
+            slots: (config.max_concurrent_requests > 0)
+                .then(|| Arc::new(Semaphore::new(config.max_concurrent_requests))),
+            request_timeout: (config.request_timeout_s > 0)
+                .then(|| Duration::from_secs(config.request_timeout_s)),
+            max_body_bytes: config.max_body_bytes,
+            shutdown: watch::channel(false).0,
+        }
+    }
+
+    /// Whether requests need a key.
+    pub fn auth_enabled(&self) -> bool {
+        !self.key_digests.is_empty()
+    }
+
+    /// Tells every running request to end now (the grace period is over).
+    pub fn end_running_requests(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Resolves once [`Ops::end_running_requests`] was called.
+    pub async fn ending(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|ending| *ending).await;
+    }
+
+    /// Whether [`Ops::end_running_requests`] was called.
+    pub fn is_ending(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    fn key_accepted(&self, presented: &str) -> bool {
+        let d = digest(presented);
+        // Compare digests in full every time, so timing says nothing about
+        // how much of a key matched.
+        self.key_digests
+            .iter()
+            .fold(false, |ok, k| ok | constant_time_eq(k, &d))
+    }
+}
+
+impl Default for Ops {
+    fn default() -> Self {
+        Self::new(&ServerConfig::default(), &[])
+    }
+}
+
+fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Keeps `guard` alive until `response`'s body is finished or dropped.
+fn hold_until_body_ends<G: Send + 'static>(response: Response, guard: G) -> Response {
+    let (parts, body) = response.into_parts();
+    let stream = body.into_data_stream().map(move |chunk| {
+        let _ = &guard;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(stream))
+}
+
+/// Counts one request in flight, and on drop its status and duration.
+struct RequestRecord {
+    metrics: Arc<Metrics>,
+    route: String,
+    status: u16,
+    started: Instant,
+    in_flight: bool,
+}
+
+impl Drop for RequestRecord {
+    fn drop(&mut self) {
+        if self.in_flight {
+            self.metrics.requests_in_flight.dec();
+        }
+        self.metrics
+            .http_requests
+            .with_label_values(&[self.route.as_str(), &self.status.to_string()])
+            .inc();
+        self.metrics
+            .http_request_duration
+            .with_label_values(&[self.route.as_str()])
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+}
+
+/// Middleware: the in-flight gauge and `seeker_http_*` per route template.
+/// Scrapes of `/metrics` are counted per route but not in flight, so an idle
+/// server reads 0.
+pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let metrics = Arc::clone(&state.metrics);
+    let in_flight = route != "/metrics";
+    if in_flight {
+        metrics.requests_in_flight.inc();
+    }
+    let mut record = RequestRecord {
+        metrics,
+        route,
+        status: 0,
+        started: Instant::now(),
+        in_flight,
+    };
+    let response = next.run(request).await;
+    record.status = response.status().as_u16();
+    hold_until_body_ends(response, record)
+}
+
+/// Middleware: `Authorization: Bearer KEY` on every path but [`OPEN_PATHS`]
+/// and the docs, when keys are configured; 401 otherwise.
+pub async fn authenticate(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path();
+    if !state.ops.auth_enabled()
+        || OPEN_PATHS.contains(&path)
+        || path == "/docs"
+        || path.starts_with("/docs/")
+    {
+        return next.run(request).await;
+    }
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, key) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| key.trim())
+        });
+    let message = match presented {
+        Some(key) if state.ops.key_accepted(key) => return next.run(request).await,
+        Some(_) => "the API key is not valid",
+        None => "this server needs an API key: send `Authorization: Bearer KEY`",
+    };
+    state
+        .metrics
+        .requests_rejected
+        .with_label_values(&["unauthorized"])
+        .inc();
+    let mut response = ApiError::new(ErrorCode::Unauthorized, message).into_response();
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// Route middleware: one slot per running chat or `/retrieve` request, held
+/// until its response ends; none free → 429 with `Retry-After`.
+pub async fn limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some(slots) = &state.ops.slots else {
+        return next.run(request).await;
+    };
+    let permit: OwnedSemaphorePermit = match Arc::clone(slots).try_acquire_owned() {
+        Ok(p) => p,
+        Err(_) => {
+            state
+                .metrics
+                .requests_rejected
+                .with_label_values(&["overloaded"])
+                .inc();
+            let mut response = ApiError::new(
+                ErrorCode::Overloaded,
+                format!(
+                    "the server is running as many requests as it takes \
+                     (server.max_concurrent_requests); retry after {RETRY_AFTER_S} s"
+                ),
+            )
+            .into_response();
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_str(&RETRY_AFTER_S.to_string()).expect("digits"),
+            );
+            return response;
+        }
+    };
+    let response = next.run(request).await;
+    hold_until_body_ends(response, permit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_exactly() {
+        let ops = Ops::new(
+            &ServerConfig::default(),
+            &["sk-one".into(), "sk-two".into()],
+        );
+        assert!(ops.auth_enabled());
+        assert!(ops.key_accepted("sk-one"));
+        assert!(ops.key_accepted("sk-two"));
+        assert!(!ops.key_accepted("sk-on"));
+        assert!(!ops.key_accepted("sk-one "));
+        assert!(!ops.key_accepted(""));
+        assert!(!Ops::default().auth_enabled());
+    }
+}

@@ -1,0 +1,565 @@
+//! Operating the server over real TCP: API keys, CORS, limits, the
+//! per-request deadline, graceful shutdown, cancellation in each phase of a
+//! rollout, and the metrics that report them. The engine is scripted (slow
+//! where a test needs time to act); search backends are in-memory.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use seeker::config::{GenerationConfig, ServerConfig};
+use seeker::engine::scripted::ScriptedEngine;
+use seeker::search::dispatch::Dispatcher;
+use seeker::search::{Document, SearchBackend, SearchError};
+use seeker::server::{run, AppState};
+use serde_json::{json, Value};
+use tokio::sync::oneshot;
+
+use crate::common::{doc, profiles, StaticBackend};
+
+/// A running server and what its tests look at.
+struct Server {
+    url: String,
+    state: Arc<AppState>,
+    engine: ScriptedEngine,
+    shutdown: Option<oneshot::Sender<()>>,
+    handle: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Server {
+    async fn start(
+        engine: ScriptedEngine,
+        backend: Arc<dyn SearchBackend>,
+        config: ServerConfig,
+        keys: &[&str],
+        grace: Duration,
+    ) -> Self {
+        let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+        let state = AppState::new(
+            "test-model".into(),
+            Arc::new(Dispatcher::single("static", backend)),
+            profiles(),
+            "search-r1".into(),
+            GenerationConfig::default(),
+        )
+        .with_server_config(&config, &keys);
+        state.set_engine(Arc::new(engine.clone()));
+        let state = Arc::new(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = oneshot::channel();
+        let handle = tokio::spawn(run(
+            listener,
+            Arc::clone(&state),
+            async {
+                let _ = rx.await;
+            },
+            grace,
+        ));
+        Self {
+            url,
+            state,
+            engine,
+            shutdown: Some(tx),
+            handle,
+        }
+    }
+
+    async fn simple(engine: ScriptedEngine, config: ServerConfig) -> Self {
+        Self::start(engine, mona_lisa(), config, &[], Duration::from_secs(5)).await
+    }
+
+    fn in_flight(&self) -> i64 {
+        self.state.metrics.requests_in_flight.get()
+    }
+
+    fn disconnects(&self, phase: &str) -> u64 {
+        self.state
+            .metrics
+            .client_disconnects
+            .with_label_values(&[phase])
+            .get()
+    }
+
+    /// Waits up to `limit` for `done`; returns how long it took.
+    async fn within(limit: Duration, mut done: impl FnMut() -> bool) -> Option<Duration> {
+        let started = Instant::now();
+        while started.elapsed() < limit {
+            if done() {
+                return Some(started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        done().then(|| started.elapsed())
+    }
+}
+
+fn mona_lisa() -> Arc<StaticBackend> {
+    StaticBackend::with(&[(
+        "Mona Lisa painter",
+        vec![doc("7", "Mona Lisa", "A portrait by Leonardo da Vinci.")],
+    )])
+}
+
+/// The usual two rounds: a search call, then the answer.
+fn script() -> Vec<Vec<&'static str>> {
+    vec![
+        vec![
+            "<think>look it up</think>",
+            "<search> Mona Lisa painter </search>",
+        ],
+        vec!["<answer> Leonardo", " da Vinci </answer>"],
+    ]
+}
+
+/// A long first round: `pieces` reasoning tokens, no search.
+fn long_reasoning(pieces: usize) -> Vec<Vec<String>> {
+    vec![(0..pieces).map(|i| format!(" step{i}")).collect()]
+}
+
+fn chat(stream: bool) -> Value {
+    json!({
+        "stream": stream,
+        "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]
+    })
+}
+
+async fn post(url: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn error_code(response: reqwest::Response) -> String {
+    let v: Value = response.json().await.unwrap();
+    assert!(v["error"]["message"].is_string(), "{v}");
+    v["error"]["code"].as_str().unwrap().to_string()
+}
+
+/// Reads an SSE body to its end; returns the `data:` payloads.
+async fn read_stream(response: reqwest::Response) -> Vec<String> {
+    let body = response.text().await.unwrap();
+    crate::http::sse_data(&body)
+}
+
+#[tokio::test]
+async fn api_keys_guard_everything_but_health_and_docs() {
+    let server = Server::start(
+        ScriptedEngine::new(script()),
+        mona_lisa(),
+        ServerConfig::default(),
+        &["sk-first", "sk-second"],
+        Duration::from_secs(1),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let url = &server.url;
+    for path in ["/v1/models", "/metrics"] {
+        let r = client.get(format!("{url}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+        assert_eq!(r.headers()["www-authenticate"], "Bearer");
+        assert_eq!(error_code(r).await, "invalid_api_key");
+        let r = client
+            .get(format!("{url}{path}"))
+            .bearer_auth("sk-wrong")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "{path}");
+    }
+    for key in ["sk-first", "sk-second"] {
+        let r = client
+            .get(format!("{url}/v1/models"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{key}");
+    }
+    let r = client
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&chat(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth("sk-second")
+        .json(&chat(false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    for open in ["/health", "/openapi.json", "/docs/", "/"] {
+        let r = client.get(format!("{url}{open}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{open}");
+    }
+    assert_eq!(
+        server
+            .state
+            .metrics
+            .requests_rejected
+            .with_label_values(&["unauthorized"])
+            .get(),
+        5
+    );
+}
+
+#[tokio::test]
+async fn cors_is_off_by_default_and_allows_only_configured_origins() {
+    let client = reqwest::Client::new();
+    let preflight = |url: String, origin: &'static str| {
+        client
+            .request(reqwest::Method::OPTIONS, url)
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization, content-type",
+            )
+            .send()
+    };
+    let off = Server::simple(ScriptedEngine::new(script()), ServerConfig::default()).await;
+    let r = preflight(
+        format!("{}/v1/chat/completions", off.url),
+        "https://ui.example",
+    )
+    .await
+    .unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+
+    let on = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            cors_origins: vec!["https://ui.example".into()],
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let url = format!("{}/v1/chat/completions", on.url);
+    let r = preflight(url.clone(), "https://ui.example").await.unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://ui.example"
+    );
+    let allowed = r.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(allowed.contains("authorization"), "{allowed}");
+    let r = preflight(url, "https://evil.example").await.unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_and_non_json_bodies_are_refused() {
+    let server = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            max_body_bytes: 4096,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let big = json!({"messages": [{"role": "user", "content": "x".repeat(5000)}]});
+    let r = post(&server.url, &big).await;
+    assert_eq!(r.status(), 413);
+    assert_eq!(error_code(r).await, "payload_too_large");
+    let r = client
+        .post(format!("{}/v1/chat/completions", server.url))
+        .header("content-type", "text/plain")
+        .body(chat(false).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    assert_eq!(error_code(r).await, "unsupported_media_type");
+    let r = client
+        .post(format!("{}/retrieve", server.url))
+        .body(r#"{"queries": ["q"]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 415);
+    // Nothing was lost: the next request is served.
+    assert_eq!(post(&server.url, &chat(false)).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_full_server_answers_429_with_retry_after_then_recovers() {
+    let engine = ScriptedEngine::new(long_reasoning(10)).with_delay(Duration::from_millis(100));
+    let server = Server::simple(
+        engine,
+        ServerConfig {
+            max_concurrent_requests: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    // The first request holds the only slot for its whole stream.
+    let first = post(&server.url, &chat(true)).await;
+    assert_eq!(first.status(), 200);
+    let second = post(&server.url, &chat(true)).await;
+    assert_eq!(second.status(), 429);
+    assert_eq!(second.headers()["retry-after"], "1");
+    assert_eq!(error_code(second).await, "rate_limit_exceeded");
+    // Health and metrics are never limited.
+    let health = reqwest::get(format!("{}/health", server.url))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    let data = read_stream(first).await;
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    assert_eq!(post(&server.url, &chat(false)).await.status(), 200);
+    assert_eq!(
+        server
+            .state
+            .metrics
+            .requests_rejected
+            .with_label_values(&["overloaded"])
+            .get(),
+        1
+    );
+}
+
+#[tokio::test]
+async fn the_request_deadline_ends_slow_requests_with_an_error() {
+    let engine = ScriptedEngine::new(long_reasoning(100))
+        .cycling()
+        .with_delay(Duration::from_millis(100));
+    let server = Server::simple(
+        engine,
+        ServerConfig {
+            request_timeout_s: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let started = Instant::now();
+    let r = post(&server.url, &chat(false)).await;
+    assert_eq!(r.status(), 504);
+    assert_eq!(error_code(r).await, "request_timeout");
+    assert!(started.elapsed() < Duration::from_secs(3));
+
+    let data = read_stream(post(&server.url, &chat(true)).await).await;
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let error: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(error["error"]["code"], "request_timeout", "{error}");
+    // Both generations were cancelled, and neither counts as a client leaving.
+    assert!(
+        Server::within(Duration::from_secs(1), || server.engine.running() == 0)
+            .await
+            .is_some()
+    );
+    assert_eq!(server.state.metrics.request_timeouts.get(), 2);
+    assert_eq!(server.disconnects("decode"), 0);
+}
+
+#[tokio::test]
+async fn shutdown_lets_short_streams_finish_and_ends_long_ones_cleanly() {
+    let engine = ScriptedEngine::new(long_reasoning(300)).with_delay(Duration::from_millis(50));
+    let mut server = Server::start(
+        engine,
+        mona_lisa(),
+        ServerConfig::default(),
+        &[],
+        Duration::from_millis(500),
+    )
+    .await;
+    let stream = post(&server.url, &chat(true)).await;
+    assert_eq!(stream.status(), 200);
+    let started = Instant::now();
+    server.shutdown.take().unwrap().send(()).unwrap();
+    // The open stream runs through the grace period, then ends with an error
+    // event and [DONE], not a cut connection.
+    let data = read_stream(stream).await;
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let error: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(error["error"]["code"], "server_shutting_down", "{error}");
+    // The server has stopped: the task returns and new connections fail.
+    tokio::time::timeout(Duration::from_secs(5), &mut server.handle)
+        .await
+        .expect("the server stops")
+        .unwrap()
+        .unwrap();
+    assert!(reqwest::get(format!("{}/health", server.url))
+        .await
+        .is_err());
+
+    // A stream that ends within the grace period ends normally.
+    let mut server = Server::start(
+        ScriptedEngine::new(script()).with_delay(Duration::from_millis(100)),
+        mona_lisa(),
+        ServerConfig::default(),
+        &[],
+        Duration::from_secs(10),
+    )
+    .await;
+    let stream = post(&server.url, &chat(true)).await;
+    server.shutdown.take().unwrap().send(()).unwrap();
+    let data = read_stream(stream).await;
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let last: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], "stop", "{last}");
+    tokio::time::timeout(Duration::from_secs(5), &mut server.handle)
+        .await
+        .expect("the server stops once the stream ended")
+        .unwrap()
+        .unwrap();
+}
+
+/// A backend that never answers and counts calls dropped before finishing.
+#[derive(Default)]
+struct HangingBackend {
+    started: AtomicUsize,
+    dropped: Arc<AtomicUsize>,
+}
+
+struct CountDrop(Arc<AtomicUsize>);
+
+impl Drop for CountDrop {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[async_trait]
+impl SearchBackend for HangingBackend {
+    async fn search(&self, _query: &str, _k: usize) -> Result<Vec<Document>, SearchError> {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let _guard = CountDrop(Arc::clone(&self.dropped));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(Vec::new())
+    }
+}
+
+/// Opens a stream, reads until `seen` says stop, then drops the connection.
+async fn leave_when(url: &str, mut seen: impl FnMut(&str) -> bool) {
+    let response = post(url, &chat(true)).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.bytes_stream();
+    let mut text = String::new();
+    while let Some(chunk) = body.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+        if seen(&text) {
+            return;
+        }
+    }
+    panic!("the stream ended before the test could leave: {text}");
+}
+
+async fn assert_cancelled(server: &Server, phase: &str) {
+    let took = Server::within(Duration::from_secs(1), || {
+        server.engine.running() == 0 && server.in_flight() == 0 && server.disconnects(phase) == 1
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "{phase}: running {} in flight {} disconnects {}",
+        server.engine.running(),
+        server.in_flight(),
+        server.disconnects(phase)
+    );
+}
+
+#[tokio::test]
+async fn a_client_leaving_before_the_first_token_cancels_generation() {
+    // A slow "prefill": the first token is 30 s away.
+    let engine = ScriptedEngine::new(vec![vec!["<answer> x </answer>".to_string()]])
+        .with_delay(Duration::from_secs(30));
+    let server = Server::simple(engine, ServerConfig::default()).await;
+    // Leave once the role chunk arrived (the rollout is waiting on the engine).
+    leave_when(&server.url, |t| t.contains("\"role\":\"assistant\"")).await;
+    assert_cancelled(&server, "before_first_token").await;
+    assert_eq!(server.disconnects("decode"), 0);
+}
+
+#[tokio::test]
+async fn a_client_leaving_during_decoding_cancels_generation() {
+    let engine = ScriptedEngine::new(long_reasoning(1000)).with_delay(Duration::from_millis(20));
+    let server = Server::simple(engine, ServerConfig::default()).await;
+    leave_when(&server.url, |t| t.contains("step3")).await;
+    assert_cancelled(&server, "decode").await;
+    // The next request is served (the script is used up: it ends at once).
+    let r = post(&server.url, &chat(false)).await;
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn a_client_leaving_during_a_search_round_cancels_the_search() {
+    let backend = Arc::new(HangingBackend::default());
+    let server = Server::start(
+        ScriptedEngine::new(script()),
+        Arc::clone(&backend) as Arc<dyn SearchBackend>,
+        ServerConfig::default(),
+        &[],
+        Duration::from_secs(1),
+    )
+    .await;
+    // The search event comes out as the round starts.
+    leave_when(&server.url, |t| t.contains("\"type\":\"search\"")).await;
+    assert_cancelled(&server, "search").await;
+    assert!(
+        Server::within(Duration::from_secs(1), || backend
+            .dropped
+            .load(Ordering::SeqCst)
+            == 1)
+        .await
+        .is_some(),
+        "the backend call is dropped"
+    );
+    assert_eq!(backend.started.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn metrics_report_a_served_request_and_responses_carry_a_request_id() {
+    let server = Server::simple(ScriptedEngine::new(script()), ServerConfig::default()).await;
+    let r = post(&server.url, &chat(false)).await;
+    assert_eq!(r.status(), 200);
+    let id = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert_eq!(id.len(), 36, "{id}");
+    let r = reqwest::Client::new()
+        .get(format!("{}/health", server.url))
+        .header("x-request-id", "trace-me-42")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-request-id"], "trace-me-42");
+
+    let r = reqwest::get(format!("{}/metrics", server.url))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = r.text().await.unwrap();
+    for expected in [
+        "seeker_time_to_first_token_seconds_count 1",
+        "seeker_time_to_first_answer_token_seconds_count 1",
+        "seeker_requests_in_flight 0",
+        "seeker_search_duration_seconds_count{backend=\"static\"} 1",
+        "seeker_search_queries_total{backend=\"static\"} 1",
+        "seeker_search_queries_per_round_count 1",
+        "seeker_rollout_rounds_sum 2",
+        "seeker_generated_tokens_total 4",
+        "seeker_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1",
+        "seeker_http_requests_total{route=\"/health\",status=\"200\"} 1",
+    ] {
+        assert!(text.contains(expected), "{expected} missing in:\n{text}");
+    }
+    assert!(
+        !text.contains("Mona Lisa"),
+        "query text must never be a label"
+    );
+}
