@@ -3,7 +3,9 @@
 # 1. fetches the default model, corpus and FanOutQA (scripts/fetch-defaults.sh);
 # 2. installs Debian's `searx` package if `searx-run` is missing: the SearXNG
 #    backend test runs a real, offline searx over the default corpus;
-# 3. runs `cargo test --locked` with any extra arguments given.
+# 3. runs `cargo test --locked` with any extra arguments given;
+# 4. without arguments, also the API contract tests (scripts/api-tests.sh:
+#    the official `openai` Python client and schemathesis, in a virtualenv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,3 +27,7 @@ if ! command -v searx-run >/dev/null 2>&1; then
 fi
 
 cargo test --locked "$@"
+
+if [ $# -eq 0 ]; then
+    scripts/api-tests.sh
+fi

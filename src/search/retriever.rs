@@ -16,10 +16,15 @@ use super::{Document, SearchBackend, SearchError};
 
 /// `POST /retrieve` request body.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, utoipa::ToSchema)]
+#[schema(example = json!({"queries": ["Mona Lisa painter"], "topk": 3, "return_scores": true}))]
 pub struct RetrieveRequest {
+    /// Searched at once; seeker's `/retrieve` takes at most 64.
+    #[schema(max_items = 64)]
     pub queries: Vec<String>,
-    /// Documents per query; `null` for the server's default (Search-R1: 3).
+    /// Documents per query; `null` for the server's default (Search-R1: 3;
+    /// seeker's `/retrieve` takes 1 to 50).
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 50)]
     pub topk: Option<usize>,
     /// Wrap each document as `{"document", "score"}`.
     #[serde(default)]
@@ -46,12 +51,15 @@ pub enum RetrievedItem {
 pub struct WireDocument {
     /// A string here; a string or an integer from other servers.
     #[serde(default, deserialize_with = "string_or_int")]
+    #[schema(required = true)]
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// `"{title}"\n{text}` (Search-R1's corpus format).
     #[serde(default)]
+    #[schema(required = true)]
     pub contents: String,
 }
 

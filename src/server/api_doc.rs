@@ -27,6 +27,7 @@ use utoipa::{Modify, OpenApi};
         super::health,
         super::metrics,
     ),
+    components(schemas(super::openai::ChatCompletionChunk)),
     modifiers(&BearerAuth),
     tags(
         (name = "openai", description = "OpenAI-compatible routes"),

@@ -18,8 +18,8 @@ use tokio::sync::mpsc;
 
 use super::error::{ApiError, ErrorBody, ErrorCode};
 use super::openai::{
-    ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, Citation,
-    Delta, ResponseMessage, SeekerChunk, SeekerEvent, SeekerInfo, Usage,
+    ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, Choice, ChunkChoice, ChunkEvent,
+    Citation, Delta, ResponseMessage, SeekerChunk, SeekerEvent, SeekerInfo, Usage,
 };
 use super::AppState;
 use crate::engine::{ChatTurn, EngineError, Role};
@@ -116,6 +116,43 @@ fn plain_serde_message(path: &str, message: &str) -> String {
         out.push_str("expected an object");
     }
     out
+}
+
+/// serde's derived structs also accept arrays (`"search": [null, null]` would
+/// read as an empty object); an OpenAI object must be a JSON object. Checks
+/// every place the request holds an object and names the first that is not.
+fn objects_are_objects(body: &[u8]) -> Result<(), ApiError> {
+    use serde_json::Value;
+    let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(body) else {
+        return Ok(()); // `parse` reports what is wrong with it
+    };
+    let wrong = |param: String| {
+        Err(ApiError::invalid_field(
+            &param,
+            format!("{param}: invalid type: expected an object"),
+        ))
+    };
+    for key in ["search", "stream_options"] {
+        if body
+            .get(key)
+            .is_some_and(|v| !(v.is_object() || v.is_null()))
+        {
+            return wrong(key.to_string());
+        }
+    }
+    if let Some(Value::Array(messages)) = body.get("messages") {
+        for (i, m) in messages.iter().enumerate() {
+            if !m.is_object() {
+                return wrong(format!("messages[{i}]"));
+            }
+            if let Some(Value::Array(parts)) = m.get("content") {
+                if let Some(j) = parts.iter().position(|p| !p.is_object()) {
+                    return wrong(format!("messages[{i}].content[{j}]"));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn validate(state: &AppState, req: ChatCompletionRequest) -> Result<Validated, ApiError> {
@@ -541,7 +578,7 @@ impl Drop for Observer {
     request_body(content = ChatCompletionRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The completion (`stream: false`) or an SSE stream of chunks (`stream: true`)",
-            content((ChatCompletion = "application/json"), (ChatCompletionChunk = "text/event-stream"))),
+            content((ChatCompletion = "application/json"), (ChunkEvent = "text/event-stream"))),
         (status = 400, description = "Invalid JSON or field (`param` names it), or context length exceeded", body = ErrorBody),
         (status = 401, description = "Missing or wrong API key", body = ErrorBody),
         (status = 404, description = "Unknown model", body = ErrorBody),
@@ -564,11 +601,13 @@ pub async fn chat_completions(
             Ok(b) => b,
             Err(e) => return e.into_response(),
         };
-    let validated =
-        match parse::<ChatCompletionRequest>(&body).and_then(|req| validate(&state, req)) {
-            Ok(v) => v,
-            Err(e) => return e.into_response(),
-        };
+    let validated = match objects_are_objects(&body)
+        .and_then(|()| parse::<ChatCompletionRequest>(&body))
+        .and_then(|req| validate(&state, req))
+    {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
     let Some(engine) = state.engine() else {
         return ApiError::new(
             ErrorCode::ModelLoading,

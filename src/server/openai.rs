@@ -10,10 +10,18 @@ use crate::search::Document;
 
 /// `POST /v1/chat/completions` body. Unknown fields are ignored, as OpenAI does.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[schema(example = json!({
+    "model": "default",
+    "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}],
+    "max_tokens": 64,
+    "stream": false
+}))]
 pub struct ChatCompletionRequest {
     /// Served model id or `default`; absent means `default`.
     #[serde(default)]
     pub model: Option<String>,
+    /// At least one, with a user message holding the question.
+    #[schema(min_items = 1)]
     pub messages: Vec<ChatMessage>,
     #[serde(default)]
     pub stream: Option<bool>,
@@ -23,18 +31,23 @@ pub struct ChatCompletionRequest {
     pub stream_options: Option<StreamOptions>,
     /// Budget for all generated tokens across all search rounds.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_tokens: Option<u32>,
     /// Newer name of `max_tokens`; wins when both are given.
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub max_completion_tokens: Option<u32>,
     /// 0 to 2; 0 (the default) is greedy decoding, the reproducible mode.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 2)]
     pub temperature: Option<f64>,
     /// (0, 1].
     #[serde(default)]
+    #[schema(exclusive_minimum = 0, maximum = 1)]
     pub top_p: Option<f64>,
     /// Only 1 is supported; other values are a 400 naming `n`.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1)]
     pub n: Option<u32>,
     /// Up to 4 strings that end the visible answer (`content`) where they
     /// first appear; the stop string itself is not returned. They never cut a
@@ -106,6 +119,7 @@ pub struct SearchOptions {
     pub backend: Option<String>,
     /// Documents per query, 1 to 50, instead of the profile's top-k.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 50)]
     pub top_k: Option<u32>,
 }
 
@@ -294,7 +308,18 @@ pub struct ResponseMessage {
     pub reasoning_content: String,
 }
 
-/// One SSE chunk.
+/// One server-sent event of a streamed completion (`text/event-stream`), as
+/// a client parses it. `data` holds a [`ChatCompletionChunk`] as JSON; when
+/// the request fails after the stream started, an error in the
+/// `ErrorResponse` shape; and last, the literal `[DONE]`. Comment lines
+/// (`: keep-alive`) come every 5 s while nothing else is sent.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ChunkEvent {
+    /// JSON of a `ChatCompletionChunk` or an `ErrorResponse`, or `[DONE]`.
+    pub data: String,
+}
+
+/// One SSE chunk (the JSON in a [`ChunkEvent`]'s `data`).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,

@@ -534,3 +534,32 @@ async fn the_committed_openapi_spec_is_the_generated_one() {
         "the docs page must work offline"
     );
 }
+
+#[tokio::test]
+async fn arrays_are_not_accepted_where_objects_belong() {
+    for (body, param) in [
+        (
+            json!({"messages": [{"role": "user", "content": "q"}], "search": [null, null]}),
+            "search",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "q"}], "stream_options": [true]}),
+            "stream_options",
+        ),
+        (json!({"messages": [["user", "q"]]}), "messages[0]"),
+        (
+            json!({"messages": [{"role": "user", "content": [["text", "q"]]}]}),
+            "messages[0].content[0]",
+        ),
+    ] {
+        let (status, text) = send(
+            state(Some(script())),
+            "POST",
+            "/v1/chat/completions",
+            &body.to_string(),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
+        assert_eq!(error_of(&text)["param"], param, "{text}");
+    }
+}
