@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::engine::prepare::WeightFormat;
 use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
 use seeker::profile::{Profile, QueryOutcome};
 use seeker::search::bm25::Bm25Index;
@@ -43,6 +44,12 @@ struct Args {
     dtype: String,
     #[arg(long, default_value = "target/engine_bench_prompt.txt")]
     prompt_out: PathBuf,
+    /// Weight format: as_is or q8_0 (a prepared copy next to the GGUF).
+    #[arg(long, default_value = "as_is")]
+    weights: String,
+    /// Turn on mistral.rs's prefix cache (runs after the first reuse the prompt).
+    #[arg(long)]
+    prefix_cache: bool,
 }
 
 #[tokio::main]
@@ -59,6 +66,12 @@ async fn main() -> anyhow::Result<()> {
         gguf: args.gguf.clone(),
         dtype,
         max_num_seqs: 1,
+        weights: match args.weights.as_str() {
+            "q8_0" => WeightFormat::Q8_0,
+            "as_is" => WeightFormat::AsIs,
+            other => anyhow::bail!("--weights {other}: expected as_is or q8_0"),
+        },
+        prefix_cache: args.prefix_cache,
     })
     .await?;
     let profile = Arc::new(Profile::load(&args.profile)?);

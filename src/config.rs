@@ -10,6 +10,7 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::mistral::ActivationDtype;
+use crate::engine::prepare::WeightFormat;
 use crate::search::dispatch::{BackendLimits, DispatchConfig};
 
 /// The default config file, used when it exists and no `--config` is given.
@@ -111,6 +112,13 @@ pub struct ModelConfig {
     /// is slower in total (measured: 4 questions 140 s together, 58 s in turn)
     /// and makes greedy output depend on what else runs.
     pub max_num_seqs: usize,
+    /// Weight format the engine runs: `q8_0` re-quantizes the GGUF's Q4_1 (or
+    /// other kernel-less) weights to Q8_0 once, into `STEM.q8_0.gguf` next to
+    /// it, and loads that; `as_is` loads `gguf` unchanged.
+    pub weights: WeightFormat,
+    /// mistral.rs's prefix cache across requests and rounds; off (see
+    /// `bench/README.md` for why).
+    pub prefix_cache: bool,
 }
 
 impl Default for ModelConfig {
@@ -120,6 +128,8 @@ impl Default for ModelConfig {
             gguf: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
             dtype: ActivationDtype::F32,
             max_num_seqs: 1,
+            weights: WeightFormat::AsIs,
+            prefix_cache: false,
         }
     }
 }

@@ -65,6 +65,25 @@ enum Command {
     },
     /// Print the OpenAPI document the server serves at /openapi.json.
     Openapi,
+    /// Model files.
+    #[command(subcommand)]
+    Model(ModelCommand),
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Rewrite a GGUF into the weight format the embedded engine runs fastest
+    /// (Q8_0 for Q4_1 and other weights candle has no SIMD kernel for). The
+    /// server does this itself on first load when model.weights = "q8_0".
+    Prepare {
+        /// The GGUF to rewrite.
+        #[arg(long, default_value = "models/SmolLM2-135M-Instruct.Q4_1.gguf")]
+        gguf: PathBuf,
+        /// Output file (default: STEM.q8_0.gguf next to the input, where the
+        /// server looks for it).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -124,6 +143,27 @@ struct EvalArgs {
     index: PathBuf,
 }
 
+fn cmd_prepare(gguf: &Path, out: Option<PathBuf>) -> anyhow::Result<()> {
+    use seeker::engine::prepare::{prepare_q8_0, prepared_path, WeightFormat};
+    let out = match out {
+        Some(o) => o,
+        None => prepared_path(gguf, WeightFormat::Q8_0)
+            .ok_or_else(|| anyhow::anyhow!("{} has no file name", gguf.display()))?,
+    };
+    let report = prepare_q8_0(gguf, &out)?;
+    println!(
+        "{} -> {}: {} of {} tensors re-quantized to Q8_0, {:.1} MB -> {:.1} MB in {:.1} s",
+        gguf.display(),
+        out.display(),
+        report.converted,
+        report.tensors,
+        report.bytes_in as f64 / 1e6,
+        report.bytes_out as f64 / 1e6,
+        report.millis as f64 / 1000.0
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     // RUST_LOG overrides. mistral.rs's GGUF loader warns "a mix of GPU and CPU"
     // on every CPU-only load, which misleads on machines without a GPU.
@@ -148,6 +188,7 @@ fn main() -> ExitCode {
         } => cmd_search(&index, top_k as usize, &query.join(" ")),
         Command::Policies { dir } => cmd_policies(&dir),
         Command::Eval(args) => cmd_eval(*args),
+        Command::Model(ModelCommand::Prepare { gguf, out }) => cmd_prepare(&gguf, out),
         Command::Openapi => {
             print!("{}", seeker::server::api_doc::openapi_json());
             Ok(())

@@ -34,6 +34,7 @@ use mistralrs::{
 };
 use tokio::sync::mpsc;
 
+use super::prepare::{ensure_prepared, WeightFormat};
 use super::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams, Role,
 };
@@ -72,6 +73,13 @@ pub struct MistralConfig {
     pub dtype: ActivationDtype,
     /// Sequences the scheduler runs at once.
     pub max_num_seqs: usize,
+    /// Weight format to run: the GGUF as it is, or a prepared Q8_0 copy next
+    /// to it (written on first load; [`super::prepare`]).
+    pub weights: WeightFormat,
+    /// mistral.rs's prefix cache (reuse of a finished sequence's KV rows by a
+    /// request that starts with the same tokens). Off by default: see the
+    /// module documentation.
+    pub prefix_cache: bool,
 }
 
 /// See the module documentation.
@@ -88,13 +96,17 @@ impl MistralEngine {
     /// # Errors
     /// [`EngineError::Load`] when the file is missing or not a supported GGUF.
     pub async fn load(config: &MistralConfig) -> Result<Self, EngineError> {
-        let gguf = config.gguf.clone();
-        if !gguf.is_file() {
+        if !config.gguf.is_file() {
             return Err(EngineError::Load(format!(
                 "{} not found (run scripts/fetch-defaults.sh)",
-                gguf.display()
+                config.gguf.display()
             )));
         }
+        let (source, weights) = (config.gguf.clone(), config.weights);
+        let gguf = tokio::task::spawn_blocking(move || ensure_prepared(&source, weights))
+            .await
+            .map_err(|e| EngineError::Load(format!("prepare thread failed: {e}")))?
+            .map_err(|e| EngineError::Load(format!("preparing the weights: {e:#}")))?;
         let dir = gguf
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
@@ -136,7 +148,7 @@ impl MistralEngine {
             method: DefaultSchedulerMethod::Fixed(seqs),
         };
         let engine_config = EngineConfig {
-            no_prefix_cache: true,
+            no_prefix_cache: !config.prefix_cache,
             ..EngineConfig::default()
         };
         let model =

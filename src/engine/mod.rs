@@ -10,6 +10,7 @@
 //! Dropping the receiver returned by [`Engine::generate`] cancels generation.
 
 pub mod mistral;
+pub mod prepare;
 pub mod scripted;
 
 use async_trait::async_trait;

@@ -373,6 +373,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         gguf: config.model.gguf.clone(),
         dtype: config.model.dtype,
         max_num_seqs: config.model.max_num_seqs,
+        weights: config.model.weights,
+        prefix_cache: config.model.prefix_cache,
     };
     let loading = Arc::clone(&state);
     let load = async move {

@@ -8,15 +8,16 @@
 //! holds its slot until its last event and a client that leaves releases it at
 //! once.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -106,13 +107,35 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 }
 
 /// Keeps `guard` alive until `response`'s body is finished or dropped.
-fn hold_until_body_ends<G: Send + 'static>(response: Response, guard: G) -> Response {
-    let (parts, body) = response.into_parts();
-    let stream = body.into_data_stream().map(move |chunk| {
-        let _ = &guard;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(stream))
+fn hold_until_body_ends<G: Send + Unpin + 'static>(response: Response, guard: G) -> Response {
+    response.map(|inner| Body::new(Guarded { inner, _guard: guard }))
+}
+
+/// A body that carries a guard; frames, end of stream and size hint (so
+/// `Content-Length`) are the inner body's.
+struct Guarded<G> {
+    inner: Body,
+    _guard: G,
+}
+
+impl<G: Unpin> http_body::Body for Guarded<G> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Counts one request in flight, and on drop its status and duration.

@@ -534,6 +534,8 @@ async fn metrics_report_a_served_request_and_responses_carry_a_request_id() {
         .await
         .unwrap();
     assert_eq!(r.headers()["x-request-id"], "trace-me-42");
+    // Guards riding in the body keep the exact length.
+    assert!(r.headers().get("content-length").is_some());
 
     let r = reqwest::get(format!("{}/metrics", server.url))
         .await

@@ -1,0 +1,154 @@
+//! `seeker model prepare`: rewrites a GGUF into the weight format the
+//! embedded engine runs fastest on this CPU.
+//!
+//! candle 0.10 (mistral.rs 0.8.1's tensor library) has SIMD dot products for
+//! Q8_0, Q4_0 and the K-quants but not for Q4_1, the default model's format:
+//! Q4_1 matmuls take its scalar path. Re-quantizing every Q4_1 (or other
+//! kernel-less) weight to Q8_0 keeps the model's values to within Q8_0's
+//! rounding (1/127 of each 32-weight block's largest magnitude, on top of
+//! Q4_1's own error) and runs on the AVX2 kernel. Measured gains are in
+//! `bench/README.md`; DESIGN.md lists the candle facts. Q4_K is not offered:
+//! it needs rows that are multiples of 256 and SmolLM2's are 576.
+//!
+//! The rewrite uses candle's own GGUF reader and writer: every metadata key
+//! (tokenizer, chat template, hyper-parameters) is copied unchanged, and
+//! tensors that are not quantized (norms in F32) or already in the target
+//! format are copied as they are.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+use candle_core::Device;
+
+/// Weight formats `prepare` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightFormat {
+    /// Load the GGUF as it is.
+    AsIs,
+    /// Re-quantize kernel-less quantized weights to Q8_0 (the default).
+    Q8_0,
+}
+
+impl WeightFormat {
+    /// The file name suffix of a prepared copy (`.q8_0.gguf`); `None` for as-is.
+    pub fn suffix(self) -> Option<&'static str> {
+        match self {
+            Self::AsIs => None,
+            Self::Q8_0 => Some("q8_0"),
+        }
+    }
+}
+
+/// What a rewrite did.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PrepareReport {
+    pub tensors: usize,
+    /// Tensors re-quantized.
+    pub converted: usize,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub millis: u64,
+}
+
+/// Where the prepared copy of `gguf` in `format` lives: next to it, as
+/// `STEM.q8_0.gguf`. `None` for [`WeightFormat::AsIs`].
+pub fn prepared_path(gguf: &Path, format: WeightFormat) -> Option<PathBuf> {
+    let suffix = format.suffix()?;
+    let stem = gguf.file_stem()?.to_string_lossy();
+    Some(gguf.with_file_name(format!("{stem}.{suffix}.gguf")))
+}
+
+/// Whether `dtype` is a quantized format without a SIMD kernel in candle 0.10.
+fn needs_conversion(dtype: GgmlDType) -> bool {
+    matches!(
+        dtype,
+        GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_1
+    )
+}
+
+/// Rewrites `src` into `dst` with Q8_0 for every kernel-less quantized weight
+/// whose rows are whole Q8_0 blocks (32 values). Writes to a temporary file
+/// and renames it, so a crash never leaves a half-written `dst`.
+///
+/// # Errors
+/// `src` is not a readable GGUF, or `dst` cannot be written.
+pub fn prepare_q8_0(src: &Path, dst: &Path) -> anyhow::Result<PrepareReport> {
+    let started = Instant::now();
+    let mut reader = BufReader::new(
+        File::open(src).map_err(|e| anyhow::anyhow!("{}: {e}", src.display()))?,
+    );
+    let content = gguf_file::Content::read(&mut reader)
+        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", src.display()))?;
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let mut tensors: Vec<(String, QTensor)> = Vec::with_capacity(names.len());
+    let mut converted = 0;
+    for name in names {
+        let tensor = content.tensor(&mut reader, name, &Device::Cpu)?;
+        let row = tensor.shape().dims().last().copied().unwrap_or(0);
+        let tensor = if needs_conversion(tensor.dtype()) && row % GgmlDType::Q8_0.block_size() == 0
+        {
+            converted += 1;
+            QTensor::quantize(&tensor.dequantize(&Device::Cpu)?, GgmlDType::Q8_0)?
+        } else {
+            tensor
+        };
+        tensors.push((name.clone(), tensor));
+    }
+    let mut keys: Vec<&String> = content.metadata.keys().collect();
+    keys.sort();
+    let metadata: Vec<(&str, &gguf_file::Value)> = keys
+        .into_iter()
+        .map(|k| (k.as_str(), &content.metadata[k]))
+        .collect();
+    let tensor_refs: Vec<(&str, &QTensor)> =
+        tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let tmp = dst.with_extension("gguf.partial");
+    {
+        let mut out = BufWriter::new(
+            File::create(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?,
+        );
+        gguf_file::write(&mut out, &metadata, &tensor_refs)?;
+        std::io::Write::flush(&mut out)?;
+    }
+    std::fs::rename(&tmp, dst)?;
+    Ok(PrepareReport {
+        tensors: tensors.len(),
+        converted,
+        bytes_in: std::fs::metadata(src)?.len(),
+        bytes_out: std::fs::metadata(dst)?.len(),
+        millis: started.elapsed().as_millis() as u64,
+    })
+}
+
+/// The file to load for `gguf` in `format`: `gguf` itself for as-is, else its
+/// prepared copy, written first when it is missing or older than `gguf`.
+///
+/// # Errors
+/// As [`prepare_q8_0`].
+pub fn ensure_prepared(gguf: &Path, format: WeightFormat) -> anyhow::Result<PathBuf> {
+    let Some(dst) = prepared_path(gguf, format) else {
+        return Ok(gguf.to_path_buf());
+    };
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let fresh = match (modified(&dst), modified(gguf)) {
+        (Some(prepared), Some(source)) => prepared >= source,
+        _ => false,
+    };
+    if !fresh {
+        let report = prepare_q8_0(gguf, &dst)?;
+        tracing::info!(
+            source = %gguf.display(),
+            prepared = %dst.display(),
+            converted = report.converted,
+            tensors = report.tensors,
+            millis = report.millis,
+            "weights re-quantized to Q8_0 (once; see `seeker model prepare`)"
+        );
+    }
+    Ok(dst)
+}
