@@ -69,7 +69,8 @@ async fn main() -> anyhow::Result<()> {
         weights: match args.weights.as_str() {
             "q8_0" => WeightFormat::Q8_0,
             "as_is" => WeightFormat::AsIs,
-            other => anyhow::bail!("--weights {other}: expected as_is or q8_0"),
+            "f32" => WeightFormat::F32,
+            other => anyhow::bail!("--weights {other}: expected as_is, q8_0 or f32"),
         },
         prefix_cache: args.prefix_cache,
     })

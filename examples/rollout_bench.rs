@@ -123,7 +123,7 @@ async fn main() -> anyhow::Result<()> {
     let weights = match args.weights.as_str() {
         "q8_0" => WeightFormat::Q8_0,
         "as_is" => WeightFormat::AsIs,
-        other => anyhow::bail!("--weights {other}: expected as_is or q8_0"),
+        other => anyhow::bail!("--weights {other}: expected as_is, q8_0 or f32"),
     };
     let engine = Arc::new(
         MistralEngine::load(&MistralConfig {

@@ -79,10 +79,14 @@ enum ModelCommand {
         /// The GGUF to rewrite.
         #[arg(long, default_value = "models/SmolLM2-135M-Instruct.Q4_1.gguf")]
         gguf: PathBuf,
-        /// Output file (default: STEM.q8_0.gguf next to the input, where the
+        /// Output file (default: STEM.FORMAT.gguf next to the input, where the
         /// server looks for it).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// q8_0 (re-quantize Q4_1 and other kernel-less weights) or f32
+        /// (dequantize everything: dense matmuls).
+        #[arg(long, default_value = "q8_0")]
+        format: String,
     },
 }
 
@@ -143,16 +147,21 @@ struct EvalArgs {
     index: PathBuf,
 }
 
-fn cmd_prepare(gguf: &Path, out: Option<PathBuf>) -> anyhow::Result<()> {
-    use seeker::engine::prepare::{prepare_q8_0, prepared_path, WeightFormat};
+fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: &str) -> anyhow::Result<()> {
+    use seeker::engine::prepare::{prepare, prepared_path, WeightFormat};
+    let format = match format {
+        "q8_0" => WeightFormat::Q8_0,
+        "f32" => WeightFormat::F32,
+        other => anyhow::bail!("--format {other}: expected q8_0 or f32"),
+    };
     let out = match out {
         Some(o) => o,
-        None => prepared_path(gguf, WeightFormat::Q8_0)
+        None => prepared_path(gguf, format)
             .ok_or_else(|| anyhow::anyhow!("{} has no file name", gguf.display()))?,
     };
-    let report = prepare_q8_0(gguf, &out)?;
+    let report = prepare(gguf, &out, format)?;
     println!(
-        "{} -> {}: {} of {} tensors re-quantized to Q8_0, {:.1} MB -> {:.1} MB in {:.1} s",
+        "{} -> {}: {} of {} tensors converted to {format:?}, {:.1} MB -> {:.1} MB in {:.1} s",
         gguf.display(),
         out.display(),
         report.converted,
@@ -188,7 +197,9 @@ fn main() -> ExitCode {
         } => cmd_search(&index, top_k as usize, &query.join(" ")),
         Command::Policies { dir } => cmd_policies(&dir),
         Command::Eval(args) => cmd_eval(*args),
-        Command::Model(ModelCommand::Prepare { gguf, out }) => cmd_prepare(&gguf, out),
+        Command::Model(ModelCommand::Prepare { gguf, out, format }) => {
+            cmd_prepare(&gguf, out, &format)
+        }
         Command::Openapi => {
             print!("{}", seeker::server::api_doc::openapi_json());
             Ok(())

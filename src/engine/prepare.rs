@@ -29,8 +29,11 @@ use candle_core::Device;
 pub enum WeightFormat {
     /// Load the GGUF as it is.
     AsIs,
-    /// Re-quantize kernel-less quantized weights to Q8_0 (the default).
+    /// Re-quantize kernel-less quantized weights to Q8_0.
     Q8_0,
+    /// Dequantize every weight to F32: dense matmuls (fast prefill on a
+    /// small model; 4 bytes per weight).
+    F32,
 }
 
 impl WeightFormat {
@@ -39,6 +42,7 @@ impl WeightFormat {
         match self {
             Self::AsIs => None,
             Self::Q8_0 => Some("q8_0"),
+            Self::F32 => Some("f32"),
         }
     }
 }
@@ -70,17 +74,21 @@ fn needs_conversion(dtype: GgmlDType) -> bool {
     )
 }
 
-/// Rewrites `src` into `dst` with Q8_0 for every kernel-less quantized weight
-/// whose rows are whole Q8_0 blocks (32 values). Writes to a temporary file
-/// and renames it, so a crash never leaves a half-written `dst`.
+/// Rewrites `src` into `dst` in `format`: [`WeightFormat::Q8_0`] re-quantizes
+/// every kernel-less quantized weight whose rows are whole Q8_0 blocks (32
+/// values); [`WeightFormat::F32`] dequantizes every quantized weight (the
+/// same values candle computes with `CANDLE_DEQUANTIZE_ALL=1`). Writes to a
+/// temporary file and renames it, so a crash never leaves a half-written
+/// `dst`.
 ///
 /// # Errors
-/// `src` is not a readable GGUF, or `dst` cannot be written.
-pub fn prepare_q8_0(src: &Path, dst: &Path) -> anyhow::Result<PrepareReport> {
+/// `src` is not a readable GGUF, or `dst` cannot be written; `format` is
+/// [`WeightFormat::AsIs`].
+pub fn prepare(src: &Path, dst: &Path, format: WeightFormat) -> anyhow::Result<PrepareReport> {
+    anyhow::ensure!(format != WeightFormat::AsIs, "nothing to prepare for as_is");
     let started = Instant::now();
-    let mut reader = BufReader::new(
-        File::open(src).map_err(|e| anyhow::anyhow!("{}: {e}", src.display()))?,
-    );
+    let mut reader =
+        BufReader::new(File::open(src).map_err(|e| anyhow::anyhow!("{}: {e}", src.display()))?);
     let content = gguf_file::Content::read(&mut reader)
         .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", src.display()))?;
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
@@ -90,12 +98,22 @@ pub fn prepare_q8_0(src: &Path, dst: &Path) -> anyhow::Result<PrepareReport> {
     for name in names {
         let tensor = content.tensor(&mut reader, name, &Device::Cpu)?;
         let row = tensor.shape().dims().last().copied().unwrap_or(0);
-        let tensor = if needs_conversion(tensor.dtype()) && row % GgmlDType::Q8_0.block_size() == 0
-        {
-            converted += 1;
-            QTensor::quantize(&tensor.dequantize(&Device::Cpu)?, GgmlDType::Q8_0)?
-        } else {
-            tensor
+        let quantized = !matches!(
+            tensor.dtype(),
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+        );
+        let tensor = match format {
+            WeightFormat::Q8_0
+                if needs_conversion(tensor.dtype()) && row % GgmlDType::Q8_0.block_size() == 0 =>
+            {
+                converted += 1;
+                QTensor::quantize(&tensor.dequantize(&Device::Cpu)?, GgmlDType::Q8_0)?
+            }
+            WeightFormat::F32 if quantized => {
+                converted += 1;
+                QTensor::quantize(&tensor.dequantize(&Device::Cpu)?, GgmlDType::F32)?
+            }
+            _ => tensor,
         };
         tensors.push((name.clone(), tensor));
     }
@@ -105,8 +123,7 @@ pub fn prepare_q8_0(src: &Path, dst: &Path) -> anyhow::Result<PrepareReport> {
         .into_iter()
         .map(|k| (k.as_str(), &content.metadata[k]))
         .collect();
-    let tensor_refs: Vec<(&str, &QTensor)> =
-        tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let tmp = dst.with_extension("gguf.partial");
     {
         let mut out = BufWriter::new(
@@ -129,7 +146,7 @@ pub fn prepare_q8_0(src: &Path, dst: &Path) -> anyhow::Result<PrepareReport> {
 /// prepared copy, written first when it is missing or older than `gguf`.
 ///
 /// # Errors
-/// As [`prepare_q8_0`].
+/// As [`prepare`].
 pub fn ensure_prepared(gguf: &Path, format: WeightFormat) -> anyhow::Result<PathBuf> {
     let Some(dst) = prepared_path(gguf, format) else {
         return Ok(gguf.to_path_buf());
@@ -140,14 +157,15 @@ pub fn ensure_prepared(gguf: &Path, format: WeightFormat) -> anyhow::Result<Path
         _ => false,
     };
     if !fresh {
-        let report = prepare_q8_0(gguf, &dst)?;
+        let report = prepare(gguf, &dst, format)?;
         tracing::info!(
             source = %gguf.display(),
             prepared = %dst.display(),
             converted = report.converted,
             tensors = report.tensors,
             millis = report.millis,
-            "weights re-quantized to Q8_0 (once; see `seeker model prepare`)"
+            format = ?format,
+            "weights prepared (once; see `seeker model prepare`)"
         );
     }
     Ok(dst)

@@ -108,7 +108,12 @@ fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
 
 /// Keeps `guard` alive until `response`'s body is finished or dropped.
 fn hold_until_body_ends<G: Send + Unpin + 'static>(response: Response, guard: G) -> Response {
-    response.map(|inner| Body::new(Guarded { inner, _guard: guard }))
+    response.map(|inner| {
+        Body::new(Guarded {
+            inner,
+            _guard: guard,
+        })
+    })
 }
 
 /// A body that carries a guard; frames, end of stream and size hint (so
