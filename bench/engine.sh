@@ -29,6 +29,14 @@ python3 -c "import llama_cpp" 2>/dev/null ||
 cargo build --release -q --example engine_bench --example rollout_bench
 BENCH=target/release/examples/engine_bench
 
+# The first JSON line of a bench's output (its run), with engine, weights and prompt added.
+tag() {
+    python3 -c "import json,sys
+r = json.loads(open(sys.argv[1]).readline())
+r.update(engine=sys.argv[2], weights=sys.argv[3], prompt=sys.argv[4])
+print(json.dumps(r))" "$@"
+}
+
 # name docs max_tokens
 PROMPTS=("long 8 64" "round 3 80")
 : >"$OUT/runs.jsonl"
@@ -37,25 +45,25 @@ for spec in "${PROMPTS[@]}"; do
     for w in $WEIGHTS; do
         for run in $(seq 1 "$RUNS"); do
             $BENCH --gguf "$GGUF" --weights "$w" --docs "$docs" --max-tokens "$max" --runs 1 \
-                --prompt-out "$OUT/$name.txt" 2>/dev/null | head -1 |
-                python3 -c "import json,sys; r=json.load(sys.stdin); r.update(engine='seeker', weights='$w', prompt='$name'); print(json.dumps(r))" \
-                >>"$OUT/runs.jsonl"
-            python3 bench/llama_cpp_bench.py "$OUT/$name.txt" --gguf "$GGUF" --max-tokens "$max" --runs 1 2>/dev/null | head -1 |
-                python3 -c "import json,sys; r=json.load(sys.stdin); r.update(engine='llama.cpp', weights='q4_1', prompt='$name'); print(json.dumps(r))" \
-                >>"$OUT/runs.jsonl"
+                --prompt-out "$OUT/$name.txt" >"$OUT/last.txt" 2>"$OUT/last.err"
+            tag "$OUT/last.txt" seeker "$w" "$name" >>"$OUT/runs.jsonl"
+            python3 bench/llama_cpp_bench.py "$OUT/$name.txt" --gguf "$GGUF" --max-tokens "$max" \
+                --runs 1 >"$OUT/last.txt" 2>"$OUT/last.err"
+            tag "$OUT/last.txt" llama.cpp q4_1 "$name" >>"$OUT/runs.jsonl"
         done
     done
 done
 
 : >"$OUT/rollout.jsonl"
 for w in $WEIGHTS; do
-    target/release/examples/rollout_bench --gguf "$GGUF" --weights "$w" --runs "$RUNS" 2>/dev/null |
-        python3 -c "import json,sys
-for line in sys.stdin:
+    target/release/examples/rollout_bench --gguf "$GGUF" --weights "$w" --runs "$RUNS" \
+        >"$OUT/rollout-$w.txt" 2>"$OUT/last.err"
+    python3 -c "import json,sys
+for line in open(sys.argv[1]):
     r = json.loads(line)
     if 'median' in r:
-        r['weights'] = '$w'
-        print(json.dumps(r))" >>"$OUT/rollout.jsonl"
+        r['weights'] = sys.argv[2]
+        print(json.dumps(r))" "$OUT/rollout-$w.txt" "$w" >>"$OUT/rollout.jsonl"
 done
 
 python3 - "$OUT" <<'EOF'

@@ -88,22 +88,36 @@ impl Engine for Timed {
         tokio::spawn(async move {
             let mut first = None;
             let mut tokens = 0;
+            // Recorded at the engine's Done, or when the rollout drops the
+            // round after its closing tag, whichever comes first.
             while let Some(event) = inner.events.recv().await {
+                let done = matches!(event, Ok(EngineEvent::Done(_)));
                 if let Ok(EngineEvent::Text { tokens: n, .. }) = &event {
                     first.get_or_insert_with(Instant::now);
                     tokens += n;
                 }
+                let end = Instant::now();
+                let record = |calls: &Mutex<Vec<Call>>| {
+                    let first = first.unwrap_or(end);
+                    calls.lock().unwrap().push(Call {
+                        prefill: (first - started).as_secs_f64(),
+                        decode: (end - first).as_secs_f64(),
+                        tokens,
+                    });
+                };
+                if done {
+                    record(&calls);
+                }
                 if tx.send(event).await.is_err() {
+                    if !done {
+                        record(&calls);
+                    }
+                    break;
+                }
+                if done {
                     break;
                 }
             }
-            let end = Instant::now();
-            let first = first.unwrap_or(end);
-            calls.lock().unwrap().push(Call {
-                prefill: (first - started).as_secs_f64(),
-                decode: (end - first).as_secs_f64(),
-                tokens,
-            });
         });
         Ok(Generation {
             prompt_tokens: inner.prompt_tokens,

@@ -10,6 +10,7 @@ mod common;
 mod e2e;
 mod http;
 mod ops;
+mod prepare;
 mod protocols;
 mod rollout;
 mod splice;
