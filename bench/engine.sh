@@ -14,12 +14,16 @@
 # source, ~5 min). Needs the default model and index (scripts/fetch-defaults.sh).
 # Output: a markdown report on stdout and every raw run in target/bench-engine/.
 #
-# usage: bench/engine.sh            RUNS=3 WEIGHTS="q8_0" bench/engine.sh
+# PARTS (default "engine rollout") picks the parts to run; the report uses what
+# target/bench-engine/ holds.
+#
+# usage: bench/engine.sh            RUNS=3 WEIGHTS="q8_0" PARTS=rollout bench/engine.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-3}
 WEIGHTS=${WEIGHTS:-"as_is q8_0 f32"}
+PARTS=${PARTS:-"engine rollout"}
 GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
 OUT=target/bench-engine
 mkdir -p "$OUT"
@@ -39,8 +43,8 @@ print(json.dumps(r))" "$@"
 
 # name docs max_tokens
 PROMPTS=("long 8 64" "round 3 80")
-: >"$OUT/runs.jsonl"
-for spec in "${PROMPTS[@]}"; do
+[[ " $PARTS " == *" engine "* ]] && : >"$OUT/runs.jsonl"
+[[ " $PARTS " == *" engine "* ]] && for spec in "${PROMPTS[@]}"; do
     read -r name docs max <<<"$spec"
     for w in $WEIGHTS; do
         for run in $(seq 1 "$RUNS"); do
@@ -54,8 +58,8 @@ for spec in "${PROMPTS[@]}"; do
     done
 done
 
-: >"$OUT/rollout.jsonl"
-for w in $WEIGHTS; do
+[[ " $PARTS " == *" rollout "* ]] && : >"$OUT/rollout.jsonl"
+[[ " $PARTS " == *" rollout "* ]] && for w in $WEIGHTS; do
     target/release/examples/rollout_bench --gguf "$GGUF" --weights "$w" --runs "$RUNS" \
         >"$OUT/rollout-$w.txt" 2>"$OUT/last.err"
     python3 -c "import json,sys
@@ -82,11 +86,11 @@ for prompt in ["long", "round"]:
         p, d = med([r["prefill_tok_s"] for r in mine]), med([r["decode_tok_s"] for r in mine])
         print(f"| {prompt} | seeker | {w} | {mine[0]['prompt_tokens']} | {p:.0f} | {d:.0f} | {p / ref_p:.2f} | {d / ref_d:.2f} |")
 print()
-print("| 2-round rollout, weights | wall s | prefill s | decode s | search s | seeker overhead s |")
-print("|---|---|---|---|---|---|")
+print("| 2-round rollout, weights | prompt + splice tokens | generated tokens | wall s | prefill s | decode s | search s | seeker overhead s |")
+print("|---|---|---|---|---|---|---|---|")
 for line in open(f"{out}/rollout.jsonl"):
     r = json.loads(line)
     m = r["median"]
-    print(f"| {r['weights']} | {m['wall_s']:.2f} | {m['prefill_s']:.2f} | {m['decode_s']:.2f} | {m['search_s']:.4f} | {m['overhead_s']:.4f} |")
+    print(f"| {r['weights']} | {m['prompt_tokens']:.0f} | {m['generated_tokens']:.0f} | {m['wall_s']:.2f} | {m['prefill_s']:.2f} | {m['decode_s']:.2f} | {m['search_s']:.4f} | {m['overhead_s']:.4f} |")
 print(f"\n(medians of {len(runs) // 2} runs per engine; raw runs in {out}/)")
 EOF

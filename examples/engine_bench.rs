@@ -44,7 +44,7 @@ struct Args {
     dtype: String,
     #[arg(long, default_value = "target/engine_bench_prompt.txt")]
     prompt_out: PathBuf,
-    /// Weight format: as_is or q8_0 (a prepared copy next to the GGUF).
+    /// Weight format: as_is, auto, q8_0 or f32 (a prepared copy next to the GGUF).
     #[arg(long, default_value = "as_is")]
     weights: String,
     /// Turn on mistral.rs's prefix cache (runs after the first reuse the prompt).
@@ -70,7 +70,8 @@ async fn main() -> anyhow::Result<()> {
             "q8_0" => WeightFormat::Q8_0,
             "as_is" => WeightFormat::AsIs,
             "f32" => WeightFormat::F32,
-            other => anyhow::bail!("--weights {other}: expected as_is, q8_0 or f32"),
+            "auto" => WeightFormat::Auto,
+            other => anyhow::bail!("--weights {other}: expected as_is, auto, q8_0 or f32"),
         },
         prefix_cache: args.prefix_cache,
     })

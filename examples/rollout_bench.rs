@@ -45,7 +45,7 @@ struct Args {
     runs: usize,
     #[arg(long, default_value_t = 160)]
     max_tokens: usize,
-    /// as_is or q8_0.
+    /// as_is, auto, q8_0 or f32.
     #[arg(long, default_value = "as_is")]
     weights: String,
     #[arg(long)]
@@ -86,35 +86,39 @@ impl Engine for Timed {
         let (tx, rx) = mpsc::channel(64);
         let calls = Arc::clone(&self.calls);
         tokio::spawn(async move {
-            let mut first = None;
+            let mut first: Option<Instant> = None;
             let mut tokens = 0;
-            // Recorded at the engine's Done, or when the rollout drops the
-            // round after its closing tag, whichever comes first.
-            while let Some(event) = inner.events.recv().await {
-                let done = matches!(event, Ok(EngineEvent::Done(_)));
+            let record = |first: Option<Instant>, tokens: usize| {
+                let end = Instant::now();
+                let first = first.unwrap_or(end);
+                calls.lock().unwrap().push(Call {
+                    prefill: (first - started).as_secs_f64(),
+                    decode: (end - first).as_secs_f64(),
+                    tokens,
+                });
+            };
+            // The round ends at the engine's Done (recorded before the rollout
+            // sees it), or when the rollout drops it after its closing tag.
+            loop {
+                let event = tokio::select! {
+                    event = inner.events.recv() => event,
+                    () = tx.closed() => None,
+                };
+                let Some(event) = event else {
+                    record(first, tokens);
+                    break;
+                };
                 if let Ok(EngineEvent::Text { tokens: n, .. }) = &event {
                     first.get_or_insert_with(Instant::now);
                     tokens += n;
                 }
-                let end = Instant::now();
-                let record = |calls: &Mutex<Vec<Call>>| {
-                    let first = first.unwrap_or(end);
-                    calls.lock().unwrap().push(Call {
-                        prefill: (first - started).as_secs_f64(),
-                        decode: (end - first).as_secs_f64(),
-                        tokens,
-                    });
-                };
-                if done {
-                    record(&calls);
-                }
-                if tx.send(event).await.is_err() {
-                    if !done {
-                        record(&calls);
-                    }
+                if matches!(event, Ok(EngineEvent::Done(_))) {
+                    record(first, tokens);
+                    let _ = tx.send(event).await;
                     break;
                 }
-                if done {
+                if tx.send(event).await.is_err() {
+                    record(first, tokens);
                     break;
                 }
             }
@@ -137,7 +141,9 @@ async fn main() -> anyhow::Result<()> {
     let weights = match args.weights.as_str() {
         "q8_0" => WeightFormat::Q8_0,
         "as_is" => WeightFormat::AsIs,
-        other => anyhow::bail!("--weights {other}: expected as_is, q8_0 or f32"),
+        "f32" => WeightFormat::F32,
+        "auto" => WeightFormat::Auto,
+        other => anyhow::bail!("--weights {other}: expected as_is, auto, q8_0 or f32"),
     };
     let engine = Arc::new(
         MistralEngine::load(&MistralConfig {
@@ -250,6 +256,8 @@ async fn main() -> anyhow::Result<()> {
                 "decode_s": part("decode_s"),
                 "search_s": part("search_s"),
                 "overhead_s": part("overhead_s"),
+                "prompt_tokens": part("prompt_tokens"),
+                "generated_tokens": part("generated_tokens"),
             }
         })
     );

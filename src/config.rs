@@ -112,12 +112,15 @@ pub struct ModelConfig {
     /// is slower in total (measured: 4 questions 140 s together, 58 s in turn)
     /// and makes greedy output depend on what else runs.
     pub max_num_seqs: usize,
-    /// Weight format the engine runs: `q8_0` re-quantizes the GGUF's Q4_1 (or
-    /// other kernel-less) weights to Q8_0 once, into `STEM.q8_0.gguf` next to
-    /// it, and loads that; `as_is` loads `gguf` unchanged.
+    /// Weight format the engine runs, prepared once next to `gguf` and loaded
+    /// from there: `auto` (default) is `f32` when the F32 copy is at most
+    /// 2 GiB, else `q8_0`; `f32` dequantizes every weight (dense matmuls,
+    /// `STEM.f32.gguf`); `q8_0` re-quantizes Q4_1 and other weights candle has
+    /// no SIMD kernel for (`STEM.q8_0.gguf`); `as_is` loads `gguf` unchanged.
+    /// Measured in `bench/README.md`.
     pub weights: WeightFormat,
-    /// mistral.rs's prefix cache across requests and rounds; off (see
-    /// `bench/README.md` for why).
+    /// mistral.rs's prefix cache across requests and rounds. Off: in 0.8.1 it
+    /// changes greedy output and is never evicted on CPU (`bench/README.md`).
     pub prefix_cache: bool,
 }
 
@@ -128,7 +131,7 @@ impl Default for ModelConfig {
             gguf: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
             dtype: ActivationDtype::F32,
             max_num_seqs: 1,
-            weights: WeightFormat::AsIs,
+            weights: WeightFormat::Auto,
             prefix_cache: false,
         }
     }

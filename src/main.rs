@@ -73,8 +73,8 @@ enum Command {
 #[derive(Subcommand)]
 enum ModelCommand {
     /// Rewrite a GGUF into the weight format the embedded engine runs fastest
-    /// (Q8_0 for Q4_1 and other weights candle has no SIMD kernel for). The
-    /// server does this itself on first load when model.weights = "q8_0".
+    /// (F32 for small models, Q8_0 for large ones). The server does this
+    /// itself on first load unless model.weights = "as_is".
     Prepare {
         /// The GGUF to rewrite.
         #[arg(long, default_value = "models/SmolLM2-135M-Instruct.Q4_1.gguf")]
@@ -83,9 +83,10 @@ enum ModelCommand {
         /// server looks for it).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// q8_0 (re-quantize Q4_1 and other kernel-less weights) or f32
-        /// (dequantize everything: dense matmuls).
-        #[arg(long, default_value = "q8_0")]
+        /// auto (f32 up to 2 GiB of F32 weights, else q8_0), q8_0
+        /// (re-quantize Q4_1 and other kernel-less weights) or f32 (dequantize
+        /// everything: dense matmuls).
+        #[arg(long, default_value = "auto")]
         format: String,
     },
 }
@@ -152,8 +153,10 @@ fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: &str) -> anyhow::Resul
     let format = match format {
         "q8_0" => WeightFormat::Q8_0,
         "f32" => WeightFormat::F32,
-        other => anyhow::bail!("--format {other}: expected q8_0 or f32"),
+        "auto" => WeightFormat::Auto,
+        other => anyhow::bail!("--format {other}: expected auto, q8_0 or f32"),
     };
+    let format = seeker::engine::prepare::resolve(gguf, format)?;
     let out = match out {
         Some(o) => o,
         None => prepared_path(gguf, format)

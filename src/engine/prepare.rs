@@ -23,10 +23,19 @@ use std::time::Instant;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::Device;
 
+/// Largest F32 copy [`WeightFormat::Auto`] writes: 2 GiB (about 500M
+/// parameters). Dense F32 wins on the default 135M model (`bench/README.md`);
+/// a 7B policy in F32 would need 28 GB, and decode on a CPU is bound by
+/// memory bandwidth, so larger models get Q8_0.
+pub const AUTO_F32_LIMIT_BYTES: u64 = 2 << 30;
+
 /// Weight formats `prepare` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightFormat {
+    /// F32 when the model's F32 copy is at most [`AUTO_F32_LIMIT_BYTES`],
+    /// else Q8_0 (the default).
+    Auto,
     /// Load the GGUF as it is.
     AsIs,
     /// Re-quantize kernel-less quantized weights to Q8_0.
@@ -40,7 +49,7 @@ impl WeightFormat {
     /// The file name suffix of a prepared copy (`.q8_0.gguf`); `None` for as-is.
     pub fn suffix(self) -> Option<&'static str> {
         match self {
-            Self::AsIs => None,
+            Self::AsIs | Self::Auto => None,
             Self::Q8_0 => Some("q8_0"),
             Self::F32 => Some("f32"),
         }
@@ -59,7 +68,8 @@ pub struct PrepareReport {
 }
 
 /// Where the prepared copy of `gguf` in `format` lives: next to it, as
-/// `STEM.q8_0.gguf`. `None` for [`WeightFormat::AsIs`].
+/// `STEM.q8_0.gguf` or `STEM.f32.gguf`. `None` for [`WeightFormat::AsIs`]
+/// and [`WeightFormat::Auto`] (resolve it first with [`resolve`]).
 pub fn prepared_path(gguf: &Path, format: WeightFormat) -> Option<PathBuf> {
     let suffix = format.suffix()?;
     let stem = gguf.file_stem()?.to_string_lossy();
@@ -74,6 +84,31 @@ fn needs_conversion(dtype: GgmlDType) -> bool {
     )
 }
 
+/// [`WeightFormat::Auto`] made concrete for `gguf` (other formats unchanged):
+/// F32 if every weight in F32 fits in [`AUTO_F32_LIMIT_BYTES`], else Q8_0.
+///
+/// # Errors
+/// `gguf` is not a readable GGUF.
+pub fn resolve(gguf: &Path, format: WeightFormat) -> anyhow::Result<WeightFormat> {
+    if format != WeightFormat::Auto {
+        return Ok(format);
+    }
+    let mut reader =
+        BufReader::new(File::open(gguf).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?);
+    let content = gguf_file::Content::read(&mut reader)
+        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", gguf.display()))?;
+    let f32_bytes: u64 = content
+        .tensor_infos
+        .values()
+        .map(|t| t.shape.elem_count() as u64 * 4)
+        .sum();
+    Ok(if f32_bytes <= AUTO_F32_LIMIT_BYTES {
+        WeightFormat::F32
+    } else {
+        WeightFormat::Q8_0
+    })
+}
+
 /// Rewrites `src` into `dst` in `format`: [`WeightFormat::Q8_0`] re-quantizes
 /// every kernel-less quantized weight whose rows are whole Q8_0 blocks (32
 /// values); [`WeightFormat::F32`] dequantizes every quantized weight (the
@@ -85,6 +120,7 @@ fn needs_conversion(dtype: GgmlDType) -> bool {
 /// `src` is not a readable GGUF, or `dst` cannot be written; `format` is
 /// [`WeightFormat::AsIs`].
 pub fn prepare(src: &Path, dst: &Path, format: WeightFormat) -> anyhow::Result<PrepareReport> {
+    let format = resolve(src, format)?;
     anyhow::ensure!(format != WeightFormat::AsIs, "nothing to prepare for as_is");
     let started = Instant::now();
     let mut reader =
@@ -124,7 +160,8 @@ pub fn prepare(src: &Path, dst: &Path, format: WeightFormat) -> anyhow::Result<P
         .map(|k| (k.as_str(), &content.metadata[k]))
         .collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let tmp = dst.with_extension("gguf.partial");
+    // Unique per writer: two processes preparing the same file never share it.
+    let tmp = dst.with_extension(format!("gguf.partial-{}", std::process::id()));
     {
         let mut out = BufWriter::new(
             File::create(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?,
@@ -148,6 +185,7 @@ pub fn prepare(src: &Path, dst: &Path, format: WeightFormat) -> anyhow::Result<P
 /// # Errors
 /// As [`prepare`].
 pub fn ensure_prepared(gguf: &Path, format: WeightFormat) -> anyhow::Result<PathBuf> {
+    let format = resolve(gguf, format)?;
     let Some(dst) = prepared_path(gguf, format) else {
         return Ok(gguf.to_path_buf());
     };

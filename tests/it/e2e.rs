@@ -62,13 +62,23 @@ fn search_cli(index: &Path, query: &str) -> String {
 }
 
 fn start_server(index: &Path) -> Server {
+    start_server_with(index, &[])
+}
+
+/// A server on the default config, with `env` added.
+fn start_server_with(index: &Path, env: &[(&str, &str)]) -> Server {
     let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let mut child = Command::new(SEEKER)
+    let mut command = Command::new(SEEKER);
+    command
         .args(["serve", "--host", "127.0.0.1", "--port", "0"])
         .current_dir(root())
         .env("SEEKER_SEARCH__INDEX", index)
         .env("SEEKER_MODEL__GGUF", &gguf)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", "warn");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -217,6 +227,42 @@ async fn real_model_searches_real_wikipedia_and_answers_streamed_and_not() {
     tokio::task::spawn_blocking(move || eval_runs_against_the_real_server(&base))
         .await
         .unwrap();
+
+    the_fast_weights_give_the_reference_greedy_tokens(&client, &server.base, &index).await;
+}
+
+/// The default weights (`auto`: the Q4_1 GGUF dequantized once to an F32 copy,
+/// run with dense matmuls, chosen for speed) generate exactly the greedy tokens
+/// of the reference path: the original GGUF with candle dequantizing it at load
+/// (`CANDLE_DEQUANTIZE_ALL=1`). Two rounds: the question search, then 96 tokens.
+async fn the_fast_weights_give_the_reference_greedy_tokens(
+    client: &reqwest::Client,
+    fast: &str,
+    index: &Path,
+) {
+    assert!(
+        root()
+            .join("models/SmolLM2-135M-Instruct.Q4_1.f32.gguf")
+            .is_file(),
+        "the default server runs the prepared F32 copy"
+    );
+    let reference = start_server_with(
+        index,
+        &[
+            ("SEEKER_MODEL__WEIGHTS", "as_is"),
+            ("CANDLE_DEQUANTIZE_ALL", "1"),
+        ],
+    );
+    wait_healthy(client, &reference.base).await;
+    let mut body = question(false);
+    body["return_transcript"] = json!(true);
+    let url = |base: &str| format!("{base}/v1/chat/completions");
+    let a = post_json(client, &url(fast), &body).await;
+    let b = post_json(client, &url(&reference.base), &body).await;
+    assert!(a["seeker"]["transcript"].is_string(), "{a}");
+    assert_eq!(a["seeker"]["transcript"], b["seeker"]["transcript"]);
+    assert_eq!(a["usage"], b["usage"]);
+    assert_eq!(a["choices"][0]["message"], b["choices"][0]["message"]);
 }
 
 /// For each profile: an assistant message that ends in a search call is
