@@ -5,25 +5,40 @@
 #    header and body as the spec says.
 # Both run against `cargo run --example api_server` (the real HTTP server with
 # a scripted policy, so hundreds of requests take seconds) with an API key set.
-# Installs the pinned Python packages in target/api-venv. Needs the default
+# Installs the pinned Python packages in target/api-venv (a virtualenv, or a
+# package directory when python3 has no venv module). Needs the default
 # data and index (scripts/fetch-defaults.sh, run here, fetches and builds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=target/api-venv
-if [ ! -x "$VENV/bin/schemathesis" ] || ! cmp -s tests/python/requirements.txt "$VENV/requirements.txt"; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -r tests/python/requirements.txt
+# A virtualenv when python3 can make one; otherwise (no venv/ensurepip module)
+# the packages go to a private directory on PYTHONPATH.
+if [ ! -f "$VENV/requirements.txt" ] || ! cmp -s tests/python/requirements.txt "$VENV/requirements.txt"; then
+    rm -rf "$VENV"
+    if python3 -m venv "$VENV" 2>/dev/null && [ -x "$VENV/bin/python" ]; then
+        "$VENV/bin/python" -m pip install -q -r tests/python/requirements.txt
+    else
+        rm -rf "$VENV"
+        mkdir -p "$VENV"
+        python3 -m pip install -q --target "$VENV/lib" -r tests/python/requirements.txt
+    fi
     cp tests/python/requirements.txt "$VENV/requirements.txt"
+fi
+if [ -x "$VENV/bin/python" ]; then
+    PY="$VENV/bin/python"
+else
+    PY=python3
+    export PYTHONPATH="$PWD/$VENV/lib${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 # The debug build shares the test build's optimised dependencies.
 cargo build --locked -q --bin seeker --example api_server
-SEEKER_BIN=target/debug/seeker scripts/fetch-defaults.sh
+BUILT=${CARGO_TARGET_DIR:-target}/debug
+SEEKER_BIN=$BUILT/seeker scripts/fetch-defaults.sh
 KEY="sk-api-test-$RANDOM"
 LOG=$(mktemp)
-target/debug/examples/api_server --port 0 --api-key "$KEY" >"$LOG" 2>&1 &
+"$BUILT/examples/api_server" --port 0 --api-key "$KEY" >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; rm -f "$LOG"' EXIT
 for _ in $(seq 1 100); do
@@ -35,11 +50,11 @@ URL=$(sed -n 's/^seeker listening on //p' "$LOG")
 [ -n "$URL" ] || { echo "the API test server did not start:"; cat "$LOG"; exit 1; }
 echo "API test server at $URL"
 
-SEEKER_URL="$URL" SEEKER_KEY="$KEY" "$VENV/bin/python" -m pytest -q tests/python
+SEEKER_URL="$URL" SEEKER_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests/python
 
 # Every check; positive_data_acceptance is left out because the spec cannot
 # say which valid-looking requests name a known policy or backend.
-"$VENV/bin/schemathesis" run "$URL/openapi.json" \
+"$PY" -m schemathesis.cli run "$URL/openapi.json" \
     --header "Authorization: Bearer $KEY" \
     --checks all --exclude-checks positive_data_acceptance \
     --max-examples 200 --workers 2 --suppress-health-check all \
