@@ -103,10 +103,20 @@ impl MistralEngine {
             )));
         }
         let (source, weights) = (config.gguf.clone(), config.weights);
-        let gguf = tokio::task::spawn_blocking(move || ensure_prepared(&source, weights))
+        let original = config.gguf.clone();
+        let prepared = tokio::task::spawn_blocking(move || ensure_prepared(&source, weights))
             .await
-            .map_err(|e| EngineError::Load(format!("prepare thread failed: {e}")))?
-            .map_err(|e| EngineError::Load(format!("preparing the weights: {e:#}")))?;
+            .map_err(|e| EngineError::Load(format!("prepare thread failed: {e}")))?;
+        // A copy that cannot be written (read-only model directory, full disk)
+        // costs speed, not the server: load the original.
+        let gguf = prepared.unwrap_or_else(|e| {
+            tracing::warn!(
+                error = %format!("{e:#}"),
+                weights = ?weights,
+                "cannot prepare the weights; loading the GGUF as it is (slower)"
+            );
+            original
+        });
         let dir = gguf
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
