@@ -225,10 +225,15 @@ fn cmd_serve(config: Option<&Path>, host: Option<String>, port: Option<u16>) -> 
     if let Some(port) = port {
         config.server.port = port;
     }
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(seeker::server::serve(config))
+        .build()?;
+    let result = runtime.block_on(seeker::server::serve(config));
+    // Dropping a runtime waits for its blocking threads; a model load that a
+    // signal interrupted may still be preparing or reading weights there (not
+    // interruptible), so leave them to the process exit instead.
+    runtime.shutdown_background();
+    result
 }
 
 fn cmd_index(corpus: &Path, index: &Path) -> anyhow::Result<()> {

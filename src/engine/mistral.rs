@@ -161,9 +161,7 @@ impl MistralEngine {
             no_prefix_cache: !config.prefix_cache,
             ..EngineConfig::default()
         };
-        let model =
-            build_model_from_pipeline(pipeline, scheduler, AddModelConfig::new(engine_config))
-                .await;
+        let model = build_off_runtime(pipeline, scheduler, engine_config).await?;
         let max_seq_len = model.max_sequence_length().ok().flatten();
         Ok(Self {
             model: Arc::new(model),
@@ -187,6 +185,48 @@ impl MistralEngine {
             .await
             .map_err(|e| EngineError::Internal(format!("tokenize: {e}")))
     }
+}
+
+/// Builds the engine (`mistralrs::Model`) from a loaded pipeline on a thread
+/// of its own, so that nothing else can be parked behind it.
+///
+/// Why (seeker issue 12, a server that never answered after `model loaded`):
+/// mistral.rs 0.8.1 `MistralRs::new` (`mistralrs-core/src/lib.rs`, "Do a dummy
+/// run") waits for a one-token warm-up generation with
+/// `tokio::task::block_in_place(|| rx.blocking_recv())`. `blocking_recv` parks
+/// the calling thread with tokio's thread-local parker (`CURRENT_PARKER` in
+/// `tokio/src/runtime/park.rs`) — the same parker that `Runtime::block_on`
+/// uses on that thread for the future it drives. When the build was polled
+/// inside `block_on` next to other futures (the accept loop, in one
+/// `tokio::select!`), a wake-up for those futures (a connection arriving during
+/// the warm-up) unparked the thread, the nested `blocking_recv` consumed it,
+/// re-checked its own channel and parked again: the wake-up was lost, and the
+/// accept loop, with its waker spent, was never polled again. Run on a thread
+/// whose only future is this build, the nested park can swallow no one else's
+/// wake-up, whoever awaits this function and however they poll it.
+async fn build_off_runtime(
+    pipeline: Arc<tokio::sync::Mutex<dyn mistralrs::core::Pipeline>>,
+    scheduler: SchedulerConfig,
+    engine_config: EngineConfig,
+) -> Result<mistralrs::Model, EngineError> {
+    let handle = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("seeker-engine-build".into())
+        .spawn(move || {
+            // `Handle::block_on` keeps the runtime's context (mistral.rs checks
+            // for a multi-threaded runtime before its warm-up run) while this
+            // thread's parker serves this future alone.
+            let model = handle.block_on(build_model_from_pipeline(
+                pipeline,
+                scheduler,
+                AddModelConfig::new(engine_config),
+            ));
+            let _ = tx.send(model);
+        })
+        .map_err(|e| EngineError::Load(format!("cannot start the engine thread: {e}")))?;
+    rx.await
+        .map_err(|_| EngineError::Load("the engine build thread panicked".into()))
 }
 
 #[cfg(feature = "cuda")]

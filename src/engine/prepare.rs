@@ -113,8 +113,9 @@ pub fn resolve(gguf: &Path, format: WeightFormat) -> anyhow::Result<WeightFormat
 /// every kernel-less quantized weight whose rows are whole Q8_0 blocks (32
 /// values); [`WeightFormat::F32`] dequantizes every quantized weight (the
 /// same values candle computes with `CANDLE_DEQUANTIZE_ALL=1`). Writes to a
-/// temporary file and renames it, so a crash never leaves a half-written
-/// `dst`.
+/// temporary file (`DST.partial-PID`, removed again on error) and renames
+/// it, so a crash never leaves a half-written `dst`; [`ensure_prepared`]
+/// sweeps the temporary files of processes that died.
 ///
 /// # Errors
 /// `src` is not a readable GGUF, or `dst` cannot be written; `format` is
@@ -161,15 +162,20 @@ pub fn prepare(src: &Path, dst: &Path, format: WeightFormat) -> anyhow::Result<P
         .collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
     // Unique per writer: two processes preparing the same file never share it.
-    let tmp = dst.with_extension(format!("gguf.partial-{}", std::process::id()));
-    {
+    let tmp = partial_path(dst, std::process::id());
+    let written = (|| -> anyhow::Result<()> {
         let mut out = BufWriter::new(
             File::create(&tmp).map_err(|e| anyhow::anyhow!("{}: {e}", tmp.display()))?,
         );
         gguf_file::write(&mut out, &metadata, &tensor_refs)?;
         std::io::Write::flush(&mut out)?;
+        std::fs::rename(&tmp, dst)?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
     }
-    std::fs::rename(&tmp, dst)?;
     Ok(PrepareReport {
         tensors: tensors.len(),
         converted,
@@ -177,6 +183,68 @@ pub fn prepare(src: &Path, dst: &Path, format: WeightFormat) -> anyhow::Result<P
         bytes_out: std::fs::metadata(dst)?.len(),
         millis: started.elapsed().as_millis() as u64,
     })
+}
+
+/// The temporary file a process with id `pid` writes `dst` to.
+fn partial_path(dst: &Path, pid: u32) -> PathBuf {
+    let mut name = dst.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".partial-{pid}"));
+    dst.with_file_name(name)
+}
+
+/// Removes this process's unfinished copy of `gguf` prepared as `format`, if
+/// any: a server stopped by a signal while it prepares the weights calls this
+/// before it exits (the preparing thread cannot be interrupted; a file it
+/// still writes to is unlinked and its rename then fails).
+pub fn discard_own_partial(gguf: &Path, format: WeightFormat) {
+    let dst = resolve(gguf, format)
+        .ok()
+        .and_then(|format| prepared_path(gguf, format));
+    if let Some(dst) = dst {
+        let tmp = partial_path(&dst, std::process::id());
+        if std::fs::remove_file(&tmp).is_ok() {
+            tracing::info!(file = %tmp.display(), "removed the unfinished weight copy");
+        }
+    }
+}
+
+/// Removes the temporary files of `dst` left by processes that no longer run
+/// (a server stopped by a signal or killed while it prepared the weights);
+/// returns how many. Only where `/proc` tells which processes run (Linux);
+/// elsewhere nothing is removed.
+pub fn sweep_partials(dst: &Path) -> usize {
+    let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else {
+        return 0;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    if !Path::new("/proc/self").exists() {
+        return 0;
+    }
+    let prefix = format!("{}.partial-", name.to_string_lossy());
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let running = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
+        if !running && std::fs::remove_file(entry.path()).is_ok() {
+            tracing::info!(file = %entry.path().display(), "removed an unfinished weight copy");
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// The file to load for `gguf` in `format`: `gguf` itself for as-is, else its
@@ -195,6 +263,7 @@ pub fn ensure_prepared(gguf: &Path, format: WeightFormat) -> anyhow::Result<Path
         _ => false,
     };
     if !fresh {
+        sweep_partials(&dst);
         let report = prepare(gguf, &dst, format)?;
         tracing::info!(
             source = %gguf.display(),

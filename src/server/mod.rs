@@ -306,8 +306,10 @@ async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Re
 
 /// Starts the server from `config`: opens the index and profiles (failing fast),
 /// binds, prints `seeker listening on http://ADDR` to stdout, loads the model in
-/// the background (`/health` is 503 until it is ready) and serves until SIGINT or
-/// SIGTERM.
+/// the background (`/health` is 503 until it is ready, every connection is
+/// served meanwhile) and serves until SIGINT or SIGTERM. A signal during the
+/// model load returns at once; one while serving starts the graceful shutdown
+/// of [`run`], and a second one returns without waiting for open requests.
 ///
 /// # Errors
 /// Missing index or profile, bind failure, model load failure.
@@ -366,6 +368,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             )
         })?;
     let addr: SocketAddr = listener.local_addr()?;
+    // Caught before anyone can know the address: a signal from a supervisor
+    // that saw the line below is always handled as a shutdown.
+    let mut signals = Signals::new()?;
     println!("seeker listening on http://{addr}");
 
     let mistral = MistralConfig {
@@ -376,27 +381,100 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         weights: config.model.weights,
         prefix_cache: config.model.prefix_cache,
     };
-    let loading = Arc::clone(&state);
-    let load = async move {
-        let started = std::time::Instant::now();
-        let engine = MistralEngine::load(&mistral).await?;
-        tracing::info!(
-            model = %mistral.gguf.display(),
-            dtype = ?mistral.dtype,
-            context = ?engine.max_seq_len(),
-            seconds = started.elapsed().as_secs_f64(),
-            "model loaded"
-        );
-        loading.set_engine(Arc::new(engine));
-        anyhow::Ok(())
-    };
+    // Three independent pieces, none polled inside another (seeker issue 12):
+    // the HTTP server and the model load are tasks of their own on the
+    // runtime's workers, and this function only watches them and the signals.
+    // Before, the accept loop and the load were polled together in one
+    // `select!` on the `block_on` thread, and mistral.rs's warm-up run, which
+    // parks that thread with a nested blocking wait, could swallow the accept
+    // loop's wake-up for good (see `engine::mistral::build_off_runtime`).
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let grace = Duration::from_secs(config.server.shutdown_grace_s);
-    let server = run(listener, state, shutdown_signal(), grace);
+    let mut server = tokio::spawn(run(
+        listener,
+        Arc::clone(&state),
+        async move {
+            let _ = server_stopped.await;
+        },
+        grace,
+    ));
+    let (gguf, weights) = (mistral.gguf.clone(), mistral.weights);
+    let mut load = tokio::spawn(load_engine(mistral, Arc::clone(&state)));
+
+    // Until the model is loaded (or fails to): a signal stops the server at
+    // once, without waiting for the load (weight preparation and loading are
+    // not interruptible: the process exits under them, and a half-written
+    // weight copy is removed here, or swept on the next start after a kill).
     tokio::select! {
-        result = server => result?,
-        result = async { load.await?; std::future::pending::<anyhow::Result<()>>().await } => result?,
+        () = signals.recv() => {
+            tracing::info!("signal received while the model loads: stopping");
+            let _ = stop_server.send(());
+            load.abort();
+            crate::engine::prepare::discard_own_partial(&gguf, weights);
+            return finish_server(server, signals).await;
+        }
+        loaded = &mut load => {
+            let failure = match loaded {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(anyhow::Error::new(e).context("model load failed")),
+                Err(e) => Some(anyhow::anyhow!("model load task failed: {e}")),
+            };
+            if let Some(e) = failure {
+                let _ = stop_server.send(());
+                server.abort();
+                return Err(e);
+            }
+        }
+        ended = &mut server => return server_result(ended),
     }
+    tokio::select! {
+        () = signals.recv() => {
+            let _ = stop_server.send(());
+            finish_server(server, signals).await
+        }
+        ended = &mut server => server_result(ended),
+    }
+}
+
+/// Loads the embedded model and hands it to `state` (`/health` turns 200).
+async fn load_engine(
+    mistral: MistralConfig,
+    state: Arc<AppState>,
+) -> Result<(), crate::engine::EngineError> {
+    let started = std::time::Instant::now();
+    let engine = MistralEngine::load(&mistral).await?;
+    tracing::info!(
+        model = %mistral.gguf.display(),
+        dtype = ?mistral.dtype,
+        context = ?engine.max_seq_len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "model loaded"
+    );
+    state.set_engine(Arc::new(engine));
     Ok(())
+}
+
+/// Waits for the server task after it was told to stop (graceful shutdown:
+/// open requests get `shutdown_grace_s`); a second signal ends the wait at once.
+async fn finish_server(
+    mut server: tokio::task::JoinHandle<std::io::Result<()>>,
+    mut signals: Signals,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        ended = &mut server => server_result(ended),
+        () = signals.recv() => {
+            tracing::warn!("second signal: exiting without waiting for open requests");
+            server.abort();
+            Ok(())
+        }
+    }
+}
+
+fn server_result(ended: Result<std::io::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+    match ended {
+        Ok(result) => Ok(result?),
+        Err(e) => Err(anyhow::anyhow!("server task failed: {e}")),
+    }
 }
 
 /// Serves `app(state)` on `listener` until `shutdown` resolves; then refuses
@@ -430,23 +508,39 @@ pub async fn run(
         .await
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGINT (Ctrl-C) and SIGTERM, caught from the moment this is created: from
+/// then on they no longer end the process by their default action but are
+/// reported by [`Signals::recv`], so create it before telling anyone the
+/// server listens.
+struct Signals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// The next SIGINT or SIGTERM (Ctrl-C elsewhere).
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {},
+            _ = self.terminate.recv() => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -12,12 +12,19 @@ use serde_json::{json, Value};
 use crate::common::{default_data, post_json, root};
 use crate::http::sse_data;
 
-const SEEKER: &str = env!("CARGO_BIN_EXE_seeker");
+pub(crate) const SEEKER: &str = env!("CARGO_BIN_EXE_seeker");
+
+/// The `seeker` binary the servers are started from: this build's, or the
+/// one `SEEKER_TEST_BIN` names (a release build, or an older commit's to show
+/// that a test fails there).
+pub(crate) fn seeker_bin() -> String {
+    std::env::var("SEEKER_TEST_BIN").unwrap_or_else(|_| SEEKER.to_string())
+}
 
 /// Kills the server when the test ends, pass or fail.
-struct Server {
-    child: Child,
-    base: String,
+pub(crate) struct Server {
+    pub(crate) child: Child,
+    pub(crate) base: String,
 }
 
 impl Drop for Server {
@@ -27,7 +34,7 @@ impl Drop for Server {
     }
 }
 
-fn build_index(index: &Path) {
+pub(crate) fn build_index(index: &Path) {
     let corpus = default_data("data/wiki/corpus.jsonl");
     let out = Command::new(SEEKER)
         .args(["index", "--corpus"])
@@ -66,15 +73,23 @@ fn start_server(index: &Path) -> Server {
 }
 
 /// A server on the default config, with `env` added.
-fn start_server_with(index: &Path, env: &[(&str, &str)]) -> Server {
+pub(crate) fn start_server_with(index: &Path, env: &[(&str, &str)]) -> Server {
+    start_server_args(index, env, &[])
+}
+
+/// A server on the default config, with `env` added and `args` after
+/// `seeker serve`.
+pub(crate) fn start_server_args(index: &Path, env: &[(&str, &str)], args: &[&str]) -> Server {
     let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let mut command = Command::new(SEEKER);
+    let mut command = Command::new(seeker_bin());
     command
         .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(args)
         .current_dir(root())
         .env("SEEKER_SEARCH__INDEX", index)
         .env("SEEKER_MODEL__GGUF", &gguf)
-        .env("RUST_LOG", "warn");
+        // mistral.rs warns of "a mix of GPU and CPU" on every CPU load.
+        .env("RUST_LOG", "warn,mistralrs_core::pipeline::gguf=error");
     for (k, v) in env {
         command.env(k, v);
     }

@@ -2,6 +2,8 @@
 //! - `rollout`: the search loop with a scripted engine and an in-memory backend.
 //! - `http`: the API surface through the router, no model needed.
 //! - `ops`: keys, CORS, limits, deadline, shutdown, cancellation, metrics over TCP.
+//! - `startup`: the real binary started, loaded, and stopped by signals while
+//!   requests arrive; `seeker index` and `seeker eval` stopped by signals.
 //! - `e2e`: the real binary, the real default GGUF and corpus (fetch them first
 //!   with `scripts/fetch-defaults.sh --no-index`).
 
@@ -14,3 +16,4 @@ mod prepare;
 mod protocols;
 mod rollout;
 mod splice;
+mod startup;

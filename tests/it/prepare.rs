@@ -84,3 +84,25 @@ fn prepared_weights_keep_the_model() {
         assert_eq!(converted, report.converted, "{format:?}");
     }
 }
+
+/// A weight copy left half-written by a process that died (killed while it
+/// prepared the weights) is removed; one a running process still writes
+/// (here: this test's own id) is kept, and so are unrelated files.
+#[test]
+fn unfinished_copies_of_dead_processes_are_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let dst = dir.path().join("model.f32.gguf");
+    // Above any pid_max Linux allows (2^22): no process has this id.
+    let dead = dir.path().join("model.f32.gguf.partial-999999999");
+    let alive = dir
+        .path()
+        .join(format!("model.f32.gguf.partial-{}", std::process::id()));
+    let other = dir.path().join("other.f32.gguf.partial-999999999");
+    for file in [&dead, &alive, &other] {
+        std::fs::write(file, b"GGUF").unwrap();
+    }
+    assert_eq!(seeker::engine::prepare::sweep_partials(&dst), 1);
+    assert!(!dead.exists());
+    assert!(alive.exists());
+    assert!(other.exists());
+}

@@ -1,0 +1,335 @@
+//! Startup and shutdown of the real `seeker` binary on the real default model,
+//! as users, scripts and orchestrators run it (seeker issue 12): requests
+//! arriving while the model loads, and SIGINT/SIGTERM at every stage of
+//! `serve`, `index` and `eval`. `SEEKER_TEST_BIN=PATH` runs them against
+//! another build (e.g. `target/release/seeker`, or an older commit's binary).
+
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::default_data;
+use crate::e2e::{build_index, seeker_bin, start_server_args, start_server_with};
+
+/// Server starts in the load test. A start of the broken server (before the
+/// fix of issue 12) hung in about half the starts that had requests arriving
+/// during the warm-up run; eight starts leave it a chance below 1 in 250.
+const STARTS: usize = 8;
+
+/// A request with no answer within this is a hang (they answer in
+/// milliseconds; this leaves room for a machine busy with other tests).
+const ANSWER: Duration = Duration::from_secs(5);
+
+/// How long a process may take to exit after a signal. A liveness bound, not
+/// a speed target: a hung process never exits.
+const STOP: Duration = Duration::from_secs(10);
+
+/// A client that opens a new connection for every request, as `curl` and
+/// health probes do: the broken server stopped *accepting* connections, which
+/// a pooled keep-alive connection would not notice.
+fn fresh_connections() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(ANSWER)
+        .build()
+        .unwrap()
+}
+
+/// The status of `GET base+path`; panics when no answer comes within [`ANSWER`].
+async fn get(client: &reqwest::Client, base: &str, path: &str, what: &str) -> u16 {
+    match client.get(format!("{base}{path}")).send().await {
+        Ok(response) => response.status().as_u16(),
+        Err(e) => panic!(
+            "{what}: GET {path} got no answer within {ANSWER:?} ({e}): the server stopped \
+             accepting connections"
+        ),
+    }
+}
+
+/// Sends the signal `name` (`TERM`, `INT`, `KILL`) to `child`.
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} failed");
+}
+
+/// Waits up to `limit` for `child` to exit: its status and how long it took.
+async fn exit_within(child: &mut Child, limit: Duration) -> Option<(ExitStatus, Duration)> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some((status, started.elapsed()));
+        }
+        if started.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Unfinished weight copies (`*.partial-PID`) in `dir`.
+fn partials(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.contains(".partial-"))
+        .collect()
+}
+
+/// Polls `/health` on a fresh connection every 20 ms until it answers 200;
+/// returns how many 503s (model loading) it got first. Panics on a request
+/// with no answer.
+async fn poll_until_loaded(client: &reqwest::Client, base: &str, what: &str) -> usize {
+    let began = Instant::now();
+    let mut loading = 0;
+    loop {
+        match get(client, base, "/health", what).await {
+            200 => return loading,
+            503 => loading += 1,
+            other => panic!("{what}: /health answered {other}"),
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(300),
+            "{what}: the model did not load in 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The reproduction of issue 12 as a test: the server is started again and
+/// again on the default config while a client keeps opening connections
+/// through the whole model load, as orchestrators' health checks do; every
+/// request, during the load and after it, must be answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_arriving_while_the_model_loads_are_always_answered() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    build_index(&index);
+    let client = fresh_connections();
+    for start in 1..=STARTS {
+        let what = format!("start {start} of {STARTS}");
+        let server = start_server_with(&index, &[]);
+        let loading = poll_until_loaded(&client, &server.base, &what).await;
+        assert!(
+            loading > 0,
+            "{what}: no request arrived while the model loaded, so nothing was tested"
+        );
+        // The hang showed after the load: new connections were never accepted.
+        for path in ["/health", "/v1/models", "/metrics", "/health"] {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(get(&client, &server.base, path, &what).await, 200, "{what}");
+        }
+        if start == STARTS {
+            // And the engine built during all that generates.
+            let response = client
+                .post(format!("{}/v1/chat/completions", server.base))
+                .json(&json!({"max_tokens": 4, "messages": [
+                    {"role": "user", "content": "Who painted the Mona Lisa?"}]}))
+                .timeout(Duration::from_secs(120))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{what}");
+        }
+    }
+}
+
+/// SIGTERM and SIGINT stop `seeker serve` promptly at every stage: while it
+/// prepares the weights, while mistral.rs loads them, while it serves idle,
+/// and (with a second signal) while a long stream is open. An interrupted
+/// preparation leaves no unfinished weight copy behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_stops_promptly_on_a_signal_at_every_stage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    build_index(&index);
+    // A model of its own, so that its F32 copy is prepared afresh here.
+    let models = tmp.path().join("models");
+    std::fs::create_dir(&models).unwrap();
+    let gguf = models.join("model.gguf");
+    std::fs::copy(
+        default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        &gguf,
+    )
+    .unwrap();
+    let gguf = gguf.to_str().unwrap();
+    let prepared = models.join("model.f32.gguf");
+    let client = fresh_connections();
+
+    // 1. Preparing the weights: the signal arrives as soon as the server listens.
+    let mut server = start_server_with(
+        &index,
+        &[
+            ("SEEKER_MODEL__GGUF", gguf),
+            ("SEEKER_MODEL__WEIGHTS", "f32"),
+        ],
+    );
+    signal(&server.child, "TERM");
+    let (status, took) = exit_within(&mut server.child, STOP)
+        .await
+        .expect("SIGTERM while preparing the weights: the server did not exit");
+    assert!(status.success(), "preparing: {status}");
+    assert!(
+        !prepared.exists(),
+        "the preparation finished although the server was stopped ({took:?})"
+    );
+    assert_eq!(partials(&models), Vec::<String>::new());
+
+    // 2. Writing the weight copy: the signal arrives once the file is open.
+    let mut server = start_server_with(
+        &index,
+        &[
+            ("SEEKER_MODEL__GGUF", gguf),
+            ("SEEKER_MODEL__WEIGHTS", "f32"),
+        ],
+    );
+    let began = Instant::now();
+    while partials(&models).is_empty() {
+        assert!(
+            !prepared.exists(),
+            "the copy was written before the test saw it being written"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(120),
+            "no copy written"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    signal(&server.child, "INT");
+    let (status, _) = exit_within(&mut server.child, STOP)
+        .await
+        .expect("SIGINT while writing the weights: the server did not exit");
+    assert!(status.success(), "writing: {status}");
+    assert_eq!(
+        partials(&models),
+        Vec::<String>::new(),
+        "the unfinished copy is removed"
+    );
+    let _ = std::fs::remove_file(&prepared);
+
+    // 3. mistral.rs loading the model (weights as they are: nothing to prepare).
+    let as_is = [
+        ("SEEKER_MODEL__GGUF", gguf),
+        ("SEEKER_MODEL__WEIGHTS", "as_is"),
+    ];
+    let mut server = start_server_with(&index, &as_is);
+    assert_eq!(
+        get(&client, &server.base, "/health", "loading").await,
+        503,
+        "the model is still loading"
+    );
+    signal(&server.child, "INT");
+    let (status, _) = exit_within(&mut server.child, STOP)
+        .await
+        .expect("SIGINT while the model loads: the server did not exit");
+    assert!(status.success(), "loading: {status}");
+
+    // 4. Serving, idle.
+    let mut server = start_server_with(&index, &as_is);
+    poll_until_loaded(&client, &server.base, "idle").await;
+    signal(&server.child, "TERM");
+    let (status, _) = exit_within(&mut server.child, STOP)
+        .await
+        .expect("SIGTERM while idle: the server did not exit");
+    assert!(status.success(), "idle: {status}");
+
+    // 5. Serving a request that stays open (its search backend never answers):
+    //    the first signal lets it run (grace period, 30 s by default); a
+    //    second one exits without waiting.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let config = tmp.path().join("seeker.toml");
+    let defaults = std::fs::read_to_string(crate::common::root().join("config/seeker.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "{}\n[search.backends.silent]\nkind = \"retriever\"\nurl = \"http://{}/retrieve\"\n",
+            defaults.unwrap(),
+            silent.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut env = as_is.to_vec();
+    env.extend([
+        ("SEEKER_SEARCH__QUERY_TIMEOUT_MS", "120000"),
+        ("SEEKER_SEARCH__ROUND_TIMEOUT_MS", "120000"),
+    ]);
+    let mut server = start_server_args(&index, &env, &["--config", config.to_str().unwrap()]);
+    poll_until_loaded(&client, &server.base, "open request").await;
+    let open = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(
+            &json!({"stream": true, "max_tokens": 16, "search": {"backend": "silent"},
+            "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(open.status(), 200);
+    signal(&server.child, "TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the first signal waits for the open request"
+    );
+    signal(&server.child, "TERM");
+    let (status, _) = exit_within(&mut server.child, STOP)
+        .await
+        .expect("a second SIGTERM: the server did not exit");
+    assert!(status.success(), "second signal: {status}");
+    drop(open);
+}
+
+/// `seeker index` and `seeker eval` stop on SIGINT/SIGTERM while they work
+/// (the default action: they hold nothing that needs saving).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn index_and_eval_stop_on_a_signal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut index = Command::new(seeker_bin())
+        .args(["index", "--corpus"])
+        .arg(default_data("data/wiki/corpus.jsonl"))
+        .arg("--index")
+        .arg(tmp.path().join("index"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        index.try_wait().unwrap().is_none(),
+        "indexing ended before the signal: nothing was tested"
+    );
+    signal(&index, "INT");
+    let (status, _) = exit_within(&mut index, STOP)
+        .await
+        .expect("seeker index ignored SIGINT");
+    assert!(!status.success(), "index: {status}");
+
+    // A server that never answers: connections wait in its backlog.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    for name in ["INT", "TERM"] {
+        let mut eval = Command::new(seeker_bin())
+            .args(["eval", "--limit", "2", "--dataset"])
+            .arg(default_data("data/fanoutqa/dev.json"))
+            .arg("--url")
+            .arg(format!("http://{}", silent.local_addr().unwrap()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            eval.try_wait().unwrap().is_none(),
+            "eval ended before the signal: nothing was tested"
+        );
+        signal(&eval, name);
+        let (status, _) = exit_within(&mut eval, STOP)
+            .await
+            .unwrap_or_else(|| panic!("seeker eval ignored SIG{name}"));
+        assert!(!status.success(), "eval, SIG{name}: {status}");
+    }
+}
