@@ -289,9 +289,14 @@ async fn serve_stops_promptly_on_a_signal_at_every_stage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn index_and_eval_stop_on_a_signal() {
     let tmp = tempfile::tempdir().unwrap();
+    // The default corpus five times over (about 3 s of indexing here; once
+    // takes 0.7 s), so that the signal surely arrives while it works.
+    let corpus = std::fs::read_to_string(default_data("data/wiki/corpus.jsonl")).unwrap();
+    let big = tmp.path().join("corpus.jsonl");
+    std::fs::write(&big, corpus.repeat(5)).unwrap();
     let mut index = Command::new(seeker_bin())
         .args(["index", "--corpus"])
-        .arg(default_data("data/wiki/corpus.jsonl"))
+        .arg(&big)
         .arg("--index")
         .arg(tmp.path().join("index"))
         .stdout(Stdio::null())
