@@ -16,6 +16,15 @@
 //!   CPU, is never evicted.
 //! - Streaming trims leading whitespace from the first piece of every request;
 //!   the token's own text (sent with `return_logprobs`) restores it.
+//! - Building the engine waits for a warm-up run with a nested blocking wait
+//!   on the calling thread: it runs on a thread of its own
+//!   ([`build_off_runtime`], issue 12).
+//! - The engine thread panics when it answers a tokenize/detokenize request
+//!   whose receiver was dropped: those calls run as detached tasks
+//!   ([`detached`], issue 18).
+//! - A last token that ends inside a UTF-8 character gets no chunk, so a token
+//!   budget ending there closes the stream without a finish reason: read as
+//!   `length` while the engine still takes requests (issue 18).
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
@@ -180,10 +189,15 @@ impl MistralEngine {
     /// # Errors
     /// [`EngineError::Internal`] when the tokenizer fails.
     pub async fn tokenize(&self, text: &str) -> Result<Vec<u32>, EngineError> {
-        self.model
-            .tokenize(Either::Right(text.to_string()), None, false, false, None)
-            .await
-            .map_err(|e| EngineError::Internal(format!("tokenize: {e}")))
+        let model = Arc::clone(&self.model);
+        let text = text.to_string();
+        detached(async move {
+            model
+                .tokenize(Either::Right(text), None, false, false, None)
+                .await
+        })
+        .await?
+        .map_err(|e| EngineError::Internal(format!("tokenize: {e}")))
     }
 }
 
@@ -229,6 +243,27 @@ async fn build_off_runtime(
         .map_err(|_| EngineError::Load("the engine build thread panicked".into()))
 }
 
+/// Runs a request-and-answer call to the engine (tokenize, detokenize) as a
+/// task of its own, which finishes and receives the engine's answer even when
+/// the caller is dropped.
+///
+/// Why (seeker issue 18): mistral.rs 0.8.1 answers tokenize and detokenize
+/// requests with `send(..).await.expect("Sender disconnected unexpectedly!")`
+/// (`mistralrs-core/src/engine/add_request.rs`, `tokenize_text` and
+/// `detokenize_text`). A caller dropped while the engine was busy (a client
+/// that abandoned a non-streamed request) dropped the receiver, the engine
+/// thread panicked on the answer, and every request in flight failed.
+///
+/// # Errors
+/// [`EngineError::Internal`] when the task panicked.
+async fn detached<T: Send + 'static>(
+    call: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, EngineError> {
+    tokio::spawn(call)
+        .await
+        .map_err(|e| EngineError::Internal(format!("engine call failed: {e}")))
+}
+
 #[cfg(feature = "cuda")]
 fn best_device() -> Result<Device, EngineError> {
     mistralrs::best_device(false).map_err(|e| EngineError::Load(format!("device: {e}")))
@@ -257,15 +292,18 @@ impl Engine for MistralEngine {
         }
         // The template is applied by the tokenizer request; decoding the ids with
         // special tokens kept gives the rendered text back.
-        let ids = self
-            .model
-            .tokenize(Either::Left(chat), None, false, true, None)
-            .await
-            .map_err(|e| EngineError::Internal(format!("chat template: {e}")))?;
-        self.model
-            .detokenize(ids, false)
-            .await
-            .map_err(|e| EngineError::Internal(format!("detokenize: {e}")))
+        let model = Arc::clone(&self.model);
+        detached(async move {
+            let ids = model
+                .tokenize(Either::Left(chat), None, false, true, None)
+                .await
+                .map_err(|e| EngineError::Internal(format!("chat template: {e}")))?;
+            model
+                .detokenize(ids, false)
+                .await
+                .map_err(|e| EngineError::Internal(format!("detokenize: {e}")))
+        })
+        .await?
     }
 
     async fn generate(
@@ -319,6 +357,7 @@ impl Engine for MistralEngine {
             .send(Request::Normal(Box::new(request)))
             .await
             .map_err(|_| EngineError::Internal("engine stopped".into()))?;
+        let engine_sender = sender.clone();
 
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
@@ -374,9 +413,24 @@ impl Engine for MistralEngine {
                     Some(Response::CompletionModelError(e, _))
                     | Some(Response::ModelError(e, _)) => Err(EngineError::Internal(e)),
                     Some(_) => continue,
-                    None => Err(EngineError::Internal(
-                        "engine closed the stream without finishing".into(),
-                    )),
+                    // mistral.rs 0.8.1 sends no chunk for a last token that
+                    // ends inside a UTF-8 character (`get_delta` holds the
+                    // bytes back), so a token budget that ends there closes
+                    // the stream with no finish reason; EOS and stop strings
+                    // always end on whole text. The engine still taking
+                    // requests tells that case from an engine that died.
+                    None => {
+                        // A dying engine drops its request queue while it
+                        // unwinds, just after the sequences; give it that time.
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        if engine_sender.is_closed() {
+                            Err(EngineError::Internal(
+                                "engine closed the stream without finishing".into(),
+                            ))
+                        } else {
+                            Ok(EngineEvent::Done(EngineFinish::Length))
+                        }
+                    }
                 };
                 let _ = tx.send(event).await;
                 return;

@@ -110,7 +110,7 @@ pub(crate) fn start_server_args(index: &Path, env: &[(&str, &str)], args: &[&str
     Server { child, base }
 }
 
-async fn wait_healthy(client: &reqwest::Client, base: &str) {
+pub(crate) async fn wait_healthy(client: &reqwest::Client, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         if let Ok(r) = client.get(format!("{base}/health")).send().await {

@@ -1,0 +1,127 @@
+//! Faults found by attacking the running server (seeker issue 18), each
+//! reproduced through the real binary and the real default model.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::e2e::{build_index, start_server_with, wait_healthy};
+use crate::http::sse_data;
+
+fn ask(question: &str, max_tokens: u32) -> Value {
+    json!({"max_tokens": max_tokens, "messages": [{"role": "user", "content": question}]})
+}
+
+/// A client that abandons a non-streamed request while the engine is busy
+/// with another one costs only its own request: the busy one and every later
+/// one are answered. (mistral.rs 0.8.1 panicked its engine thread when it
+/// answered the abandoned request's tokenize call; every request in flight
+/// then failed with 500 `engine_error`, and every later one too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_request_does_not_stop_the_engine_for_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    build_index(&index);
+    let server = start_server_with(&index, &[]);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+
+    // Keeps the engine busy for seconds: the question's documents are
+    // prefilled (one long forward pass), then 32 tokens.
+    let busy = tokio::spawn({
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let response = client
+                .post(&url)
+                .json(&ask("Who painted the Mona Lisa?", 32))
+                .send()
+                .await
+                .unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for question in ["Who wrote Hamlet?", "What is the capital of France?"] {
+        let abandoned = client
+            .post(&url)
+            .json(&ask(question, 16))
+            .timeout(Duration::from_millis(500))
+            .send()
+            .await;
+        assert!(
+            abandoned.as_ref().is_err_and(reqwest::Error::is_timeout),
+            "the request was meant to be abandoned while the engine was busy: {abandoned:?}"
+        );
+    }
+    let (status, body) = busy.await.unwrap();
+    assert_eq!(status, 200, "the busy request failed: {body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        answer["usage"]["completion_tokens"].as_u64().unwrap() > 0,
+        "{body}"
+    );
+
+    let later = client
+        .post(&url)
+        .json(&ask("Who wrote Hamlet?", 8))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(later.status(), 200, "{}", later.text().await.unwrap());
+}
+
+/// A token budget that ends inside a multi-byte character finishes the
+/// answer with `length`, streamed and not (before: 500 `engine_error`,
+/// "engine closed the stream without finishing"): the characters that are
+/// complete are kept, the incomplete one is dropped, never replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_ending_inside_a_character_finishes_with_length() {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    build_index(&index);
+    let server = start_server_with(&index, &[]);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+
+    let continued = json!({"max_tokens": 1, "continue_final_message": true, "messages": [
+        {"role": "user", "content": "法国的首都是哪里？"},
+        {"role": "assistant", "content": "法国的首都是"}]});
+    let mut emoji = ask("🎨🖼️🤔", 1);
+    for budget in [1, 2, 3] {
+        emoji["max_tokens"] = json!(budget);
+        for body in [&continued, &emoji] {
+            let response = client.post(&url).json(body).send().await.unwrap();
+            let status = response.status();
+            let answer: Value = response.json().await.unwrap();
+            assert_eq!(status, 200, "{body}: {answer}");
+            let choice = &answer["choices"][0];
+            assert!(
+                ["length", "stop"].contains(&choice["finish_reason"].as_str().unwrap()),
+                "{answer}"
+            );
+            let text = format!(
+                "{}{}",
+                choice["message"]["content"].as_str().unwrap_or(""),
+                choice["message"]["reasoning_content"]
+                    .as_str()
+                    .unwrap_or("")
+            );
+            assert!(!text.contains('\u{FFFD}'), "{answer}");
+
+            let mut streamed = body.clone();
+            streamed["stream"] = json!(true);
+            let response = client.post(&url).json(&streamed).send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            let events = sse_data(&response.text().await.unwrap());
+            assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+            let last: Value = serde_json::from_str(&events[events.len() - 2]).unwrap();
+            assert!(last.get("error").is_none(), "{body}: {last}");
+            assert!(
+                last["choices"][0]["finish_reason"].is_string(),
+                "{body}: {last}"
+            );
+        }
+    }
+}
