@@ -52,6 +52,11 @@ pub struct ServerConfig {
     /// Seconds one chat request may run, search rounds included; past it the
     /// request ends with a `request_timeout` error. 0 = no deadline.
     pub request_timeout_s: u64,
+    /// Seconds a client has to send a chat or `/retrieve` body once its
+    /// headers arrived; past it the request gets a 408 `body_timeout`. The
+    /// body is read before the request takes a concurrency slot, so clients
+    /// that trickle bodies cannot hold the slots. 0 = no limit.
+    pub body_timeout_s: u64,
     /// Seconds open streams may keep running after SIGTERM/SIGINT before they
     /// are ended with a `server_shutting_down` error; new connections are
     /// refused at once.
@@ -69,6 +74,7 @@ impl Default for ServerConfig {
             max_body_bytes: 2 * 1024 * 1024,
             max_concurrent_requests: 16,
             request_timeout_s: 600,
+            body_timeout_s: 30,
             shutdown_grace_s: 30,
         }
     }

@@ -582,6 +582,7 @@ impl Drop for Observer {
         (status = 400, description = "Invalid JSON or field (`param` names it), or context length exceeded", body = ErrorBody),
         (status = 401, description = "Missing or wrong API key", body = ErrorBody),
         (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 408, description = "Body not received within `server.body_timeout_s`", body = ErrorBody),
         (status = 413, description = "Body over `server.max_body_bytes`", body = ErrorBody),
         (status = 415, description = "Body not sent as application/json", body = ErrorBody),
         (status = 429, description = "`server.max_concurrent_requests` running",

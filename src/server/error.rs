@@ -19,6 +19,7 @@
 //! | `model_loading` | 503 | server_error | the model has not finished loading |
 //! | `server_shutting_down` | 503 | server_error | SIGTERM: the grace period ended the request |
 //! | `request_timeout` | 504 | server_error | `server.request_timeout_s` passed |
+//! | `body_timeout` | 408 | invalid_request_error | the body did not arrive within `server.body_timeout_s` |
 //! | `engine_error` | 500 | server_error | the engine failed (cause in the log) |
 
 use axum::http::StatusCode;
@@ -63,6 +64,7 @@ error_codes! {
     ModelLoading => ("model_loading", SERVICE_UNAVAILABLE, "server_error");
     ShuttingDown => ("server_shutting_down", SERVICE_UNAVAILABLE, "server_error");
     RequestTimeout => ("request_timeout", GATEWAY_TIMEOUT, "server_error");
+    BodyTimeout => ("body_timeout", REQUEST_TIMEOUT, "invalid_request_error");
     EngineFailure => ("engine_error", INTERNAL_SERVER_ERROR, "server_error");
 }
 

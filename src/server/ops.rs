@@ -43,6 +43,8 @@ pub struct Ops {
     pub request_timeout: Option<Duration>,
     /// Largest request body, bytes.
     pub max_body_bytes: usize,
+    /// Time to send a limited route's body.
+    body_timeout: Option<Duration>,
     /// `true` once running requests must end (after the shutdown grace period).
     shutdown: watch::Sender<bool>,
 }
@@ -57,6 +59,8 @@ impl Ops {
             request_timeout: (config.request_timeout_s > 0)
                 .then(|| Duration::from_secs(config.request_timeout_s)),
             max_body_bytes: config.max_body_bytes,
+            body_timeout: (config.body_timeout_s > 0)
+                .then(|| Duration::from_secs(config.body_timeout_s)),
             shutdown: watch::channel(false).0,
         }
     }
@@ -233,9 +237,67 @@ pub async fn authenticate(
     response
 }
 
-/// Route middleware: one slot per running chat or `/retrieve` request, held
-/// until its response ends; none free → 429 with `Retry-After`.
+/// Reads the whole body of `request` (at most `max_body_bytes + 1` bytes are
+/// kept) within `body_timeout`.
+///
+/// # Errors
+/// 408 `body_timeout` when it does not arrive in time; 413 when it is larger
+/// than `max_body_bytes`; 400 `invalid_json` when the connection fails.
+async fn buffer_body(ops: &Ops, request: Request) -> Result<Request, ApiError> {
+    use futures::StreamExt;
+    let (parts, body) = request.into_parts();
+    let limit = ops.max_body_bytes;
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the request body is larger than {limit} bytes"),
+        ));
+    }
+    let read = async move {
+        let mut stream = body.into_data_stream();
+        let mut bytes = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                ApiError::new(ErrorCode::InvalidJson, format!("cannot read the body: {e}"))
+            })?;
+            if bytes.len() + chunk.len() > limit {
+                return Err(ApiError::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!("the request body is larger than {limit} bytes"),
+                ));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    };
+    let bytes = match ops.body_timeout {
+        Some(limit) => tokio::time::timeout(limit, read).await.map_err(|_| {
+            ApiError::new(
+                ErrorCode::BodyTimeout,
+                format!(
+                    "the request body did not arrive within {} s (server.body_timeout_s)",
+                    limit.as_secs()
+                ),
+            )
+        })??,
+        None => read.await?,
+    };
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// Route middleware: reads the body first (within `body_timeout_s`, so a
+/// client that trickles it holds no slot), then takes one slot per running
+/// chat or `/retrieve` request, held until its response ends; none free → 429
+/// with `Retry-After`.
 pub async fn limit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let request = match buffer_body(&state.ops, request).await {
+        Ok(request) => request,
+        Err(e) => return e.into_response(),
+    };
     let Some(slots) = &state.ops.slots else {
         return next.run(request).await;
     };

@@ -50,6 +50,7 @@ pub struct RetrieveResponseBody {
         (status = 200, body = RetrieveResponseBody),
         (status = 400, description = "Invalid JSON or field", body = ErrorBody),
         (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 408, description = "Body not received within `server.body_timeout_s`", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
         (status = 415, description = "Body not sent as application/json", body = ErrorBody),
         (status = 429, description = "Too many requests running",

@@ -330,6 +330,78 @@ async fn a_full_server_answers_429_with_retry_after_then_recovers() {
     );
 }
 
+/// Clients that send headers and then trickle (or never finish) their bodies
+/// hold no concurrency slot: a real request is served meanwhile, and each of
+/// them gets a 408 `body_timeout` once `body_timeout_s` has passed. (Before,
+/// 16 such connections held every slot for good: all chat got 429.)
+#[tokio::test]
+async fn slow_bodies_hold_no_slot_and_time_out() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            max_concurrent_requests: 2,
+            body_timeout_s: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let address = server.url.strip_prefix("http://").unwrap().to_string();
+    let mut slow = Vec::new();
+    for path in ["/v1/chat/completions", "/v1/chat/completions", "/retrieve"] {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream
+            .write_all(
+                format!(
+                    "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: \
+                     application/json\r\nContent-Length: 1000\r\n\r\n{{"
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let served = post(&server.url, &chat(false)).await;
+    assert_eq!(served.status(), 200, "slow bodies held the slots");
+    for mut stream in slow {
+        let answer = read_until(&mut stream, "body_timeout").await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    // A declared length over the limit is refused before any of it is read.
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: \
+                 application/json\r\nContent-Length: 99999999\r\n\r\n{{"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let answer = read_until(&mut stream, "payload_too_large").await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+}
+
+/// What `stream` receives until it contains `needle`, the peer closes, or 5 s
+/// pass.
+async fn read_until(stream: &mut tokio::net::TcpStream, needle: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut answer = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut buffer = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains(needle) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buffer)).await {
+            Ok(Ok(n)) if n > 0 => answer.extend_from_slice(&buffer[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 #[tokio::test]
 async fn the_request_deadline_ends_slow_requests_with_an_error() {
     let engine = ScriptedEngine::new(long_reasoning(100))
