@@ -160,6 +160,8 @@ pub struct SearchConfig {
     pub cache_ttl_s: u64,
     /// Result lists the shared cache holds.
     pub cache_capacity: u64,
+    /// Bytes the shared cache may hold (queries and documents); 0 turns it off.
+    pub cache_max_bytes: u64,
     /// Characters kept per document (title + text); 0 keeps everything.
     pub max_document_chars: usize,
     /// More backends by name (`[search.backends.web]`).
@@ -177,6 +179,7 @@ impl Default for SearchConfig {
             query_timeout_ms: d.query_timeout.as_millis() as u64,
             cache_ttl_s: d.cache_ttl.as_secs(),
             cache_capacity: d.cache_capacity,
+            cache_max_bytes: d.cache_max_bytes,
             max_document_chars: d.max_document_chars,
             backends: BTreeMap::new(),
         }

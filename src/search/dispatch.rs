@@ -48,6 +48,10 @@ pub struct DispatchConfig {
     pub cache_ttl: Duration,
     /// Result lists kept in the shared cache (default 10,000).
     pub cache_capacity: u64,
+    /// Bytes the shared cache may hold, queries and documents counted (default
+    /// 64 MiB): without it, 10,000 entries of long queries or documents could
+    /// hold gigabytes for the whole TTL (seeker issue 18).
+    pub cache_max_bytes: u64,
     /// Characters kept per document title + text (default 2,000; 0 keeps all).
     pub max_document_chars: usize,
 }
@@ -59,6 +63,7 @@ impl Default for DispatchConfig {
             query_timeout: Duration::from_secs(5),
             cache_ttl: Duration::from_secs(600),
             cache_capacity: 10_000,
+            cache_max_bytes: 64 * 1024 * 1024,
             max_document_chars: 2000,
         }
     }
@@ -106,6 +111,25 @@ struct Limited {
 
 type CacheKey = (String, usize, String);
 
+/// Bytes one cache entry holds: its key's strings, and each document's
+/// strings plus the size of the struct itself.
+fn cache_entry_bytes(key: &CacheKey, docs: &[Document]) -> usize {
+    let strings = |d: &Document| {
+        d.id.len()
+            + d.title.len()
+            + d.text.len()
+            + d.backend.len()
+            + d.url.as_ref().map_or(0, String::len)
+    };
+    key.0.len()
+        + key.2.len()
+        + std::mem::size_of::<CacheKey>()
+        + docs
+            .iter()
+            .map(|d| strings(d) + std::mem::size_of::<Document>())
+            .sum::<usize>()
+}
+
 /// Owns the configured backends and the shared cache; see the module docs.
 pub struct Dispatcher {
     backends: BTreeMap<String, Arc<Limited>>,
@@ -128,9 +152,19 @@ impl Dispatcher {
     /// A dispatcher with no backends yet; the first one added is the default
     /// until [`Dispatcher::set_default`] says otherwise.
     pub fn new(config: DispatchConfig) -> Self {
-        let cache = (!config.cache_ttl.is_zero() && config.cache_capacity > 0).then(|| {
+        let enabled =
+            !config.cache_ttl.is_zero() && config.cache_capacity > 0 && config.cache_max_bytes > 0;
+        let cache = enabled.then(|| {
+            // moka bounds one weight: bytes. Each entry weighs at least
+            // `max_bytes / capacity`, so the entry count stays within
+            // `cache_capacity` as well.
+            let floor = (config.cache_max_bytes / config.cache_capacity).max(1);
             moka::future::Cache::builder()
-                .max_capacity(config.cache_capacity)
+                .max_capacity(config.cache_max_bytes)
+                .weigher(move |key: &CacheKey, docs: &Arc<Vec<Document>>| {
+                    let bytes = (cache_entry_bytes(key, docs) as u64).max(floor);
+                    u32::try_from(bytes).unwrap_or(u32::MAX)
+                })
                 .time_to_live(config.cache_ttl)
                 .build()
         });
@@ -140,6 +174,18 @@ impl Dispatcher {
             config,
             cache,
             metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// Entries and bytes the shared cache holds now (after its pending
+    /// evictions); `(0, 0)` when it is off.
+    pub async fn cache_usage(&self) -> (u64, u64) {
+        match &self.cache {
+            Some(cache) => {
+                cache.run_pending_tasks().await;
+                (cache.entry_count(), cache.weighted_size())
+            }
+            None => (0, 0),
         }
     }
 

@@ -23,6 +23,7 @@ pub fn dispatcher_from_config(
         query_timeout: Duration::from_millis(config.query_timeout_ms),
         cache_ttl: Duration::from_secs(config.cache_ttl_s),
         cache_capacity: config.cache_capacity,
+        cache_max_bytes: config.cache_max_bytes,
         max_document_chars: config.max_document_chars,
     });
     let open = |path: &std::path::Path| -> anyhow::Result<Arc<dyn SearchBackend>> {

@@ -848,3 +848,72 @@ async fn a_client_that_leaves_during_a_round_closes_the_backend_connection() {
         .expect("the backend connection closes within a second of the client leaving")
         .unwrap();
 }
+
+/// A backend that answers every query with one document of `size` bytes.
+struct Sized {
+    size: usize,
+}
+
+#[async_trait::async_trait]
+impl seeker::search::SearchBackend for Sized {
+    async fn search(
+        &self,
+        query: &str,
+        _k: usize,
+    ) -> Result<Vec<seeker::search::Document>, SearchError> {
+        Ok(vec![crate::common::doc(
+            "1",
+            &query.chars().take(40).collect::<String>(),
+            &"x".repeat(self.size),
+        )])
+    }
+}
+
+/// The shared cache holds at most `cache_max_bytes`, long queries and
+/// documents counted (seeker issue 18: 150 unique 2 MB queries held 281 MiB
+/// for the whole TTL, 10,000 entries could hold gigabytes), and at most
+/// `cache_capacity` entries when they are small; it keeps caching after.
+#[tokio::test]
+async fn the_shared_cache_is_bounded_in_bytes_and_entries() {
+    let max_bytes = 1024 * 1024;
+    let config = DispatchConfig {
+        cache_capacity: 1000,
+        cache_max_bytes: max_bytes,
+        ..DispatchConfig::default()
+    };
+    let mut d = Dispatcher::new(config.clone());
+    d.add(
+        "big",
+        Arc::new(Sized { size: 20_000 }),
+        BackendLimits::default(),
+    );
+    // 100 queries of 100 kB with 20 kB answers: 12 MB offered to a 1 MiB cache.
+    for i in 0..100 {
+        let query = format!("{i} {}", "q".repeat(100_000));
+        let round = d.search_round(None, &queries(&[&query]), 1).await;
+        assert!(round[0].result.is_ok());
+    }
+    let (entries, bytes) = d.cache_usage().await;
+    assert!(bytes <= max_bytes, "{bytes} bytes in {entries} entries");
+    assert!((1..100).contains(&entries), "{entries}");
+    // Small entries: the entry count is the bound.
+    let mut d = Dispatcher::new(DispatchConfig {
+        cache_capacity: 10,
+        ..config
+    });
+    d.add(
+        "small",
+        Arc::new(Sized { size: 10 }),
+        BackendLimits::default(),
+    );
+    // Entries are cached under the byte weights.
+    d.search_round(None, &queries(&["first"]), 1).await;
+    let again = d.search_round(None, &queries(&["first"]), 1).await;
+    assert!(again[0].cached);
+    for i in 0..50 {
+        d.search_round(None, &queries(&[&format!("query {i}")]), 1)
+            .await;
+    }
+    let (entries, _) = d.cache_usage().await;
+    assert!((1..=10).contains(&entries), "{entries}");
+}
