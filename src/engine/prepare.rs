@@ -84,6 +84,26 @@ fn needs_conversion(dtype: GgmlDType) -> bool {
     )
 }
 
+/// Reads the header of `gguf` (metadata and tensor table, not the weights):
+/// a quick check that the file is a GGUF model at all, made before the server
+/// listens so that a wrong file fails at once instead of after startup.
+///
+/// # Errors
+/// `gguf` cannot be read, or is not a GGUF file; or it names no
+/// `general.architecture`.
+pub fn check_gguf(gguf: &Path) -> anyhow::Result<()> {
+    let mut reader =
+        BufReader::new(File::open(gguf).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?);
+    let content = gguf_file::Content::read(&mut reader)
+        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", gguf.display()))?;
+    anyhow::ensure!(
+        content.metadata.contains_key("general.architecture"),
+        "{}: a GGUF file without general.architecture is not a model",
+        gguf.display()
+    );
+    Ok(())
+}
+
 /// [`WeightFormat::Auto`] made concrete for `gguf` (other formats unchanged):
 /// F32 if every weight in F32 fits in [`AUTO_F32_LIMIT_BYTES`], else Q8_0.
 ///

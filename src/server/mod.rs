@@ -289,9 +289,18 @@ async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
 #[utoipa::path(get, path = "/v1/models/{id}", tag = "openai", security(("bearer" = [])),
     params(("id" = String, Path, description = "Served model id or `default`")),
     responses((status = 200, body = ModelObject),
+        (status = 400, description = "The id is not valid UTF-8", body = error::ErrorBody),
         (status = 401, description = "Missing or wrong API key", body = error::ErrorBody),
         (status = 404, description = "No such model", body = error::ErrorBody)))]
-async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+async fn model(
+    State(state): State<Arc<AppState>>,
+    id: Result<Path<String>, axum::extract::rejection::PathRejection>,
+) -> Response {
+    // axum answers a path it cannot decode (`%FF`: not UTF-8) in plain text.
+    let Ok(Path(id)) = id else {
+        return ApiError::invalid_field("id", "the model id in the path is not valid UTF-8")
+            .into_response();
+    };
     if id == state.model_id || id == "default" {
         Json(state.model_object()).into_response()
     } else {
@@ -330,6 +339,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
          SEEKER_MODEL__GGUF)",
         config.model.gguf.display()
     );
+    crate::engine::prepare::check_gguf(&config.model.gguf)
+        .map_err(|e| e.context("model.gguf is not a usable model"))?;
     let search =
         crate::search::dispatcher_from_config(&config.search, |var| std::env::var(var).ok())?;
     tracing::info!(

@@ -200,6 +200,10 @@ async fn models_answers_to_its_id_and_default_only() {
     let (status, body) = send(state(None), "GET", "/v1/models/gpt-4", "").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(error_of(&body)["code"], "model_not_found");
+    // An id that does not decode to UTF-8 gets the API's error shape too.
+    let (status, body) = send(state(None), "GET", "/v1/models/%FF", "").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&body)["param"], "id");
 
     let body =
         json!({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}).to_string();

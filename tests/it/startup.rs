@@ -284,6 +284,26 @@ async fn serve_stops_promptly_on_a_signal_at_every_stage() {
     drop(open);
 }
 
+/// A model file that is not a GGUF model fails `seeker serve` before it
+/// listens, with the reason, instead of after it told the world it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_is_no_model_fails_before_listening() {
+    let tmp = tempfile::tempdir().unwrap();
+    let garbage = tmp.path().join("garbage.gguf");
+    std::fs::write(&garbage, b"this is not a model\n".repeat(1000)).unwrap();
+    let output = Command::new(seeker_bin())
+        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .current_dir(crate::common::root())
+        .env("SEEKER_MODEL__GGUF", &garbage)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stdout}");
+    assert!(!stdout.contains("listening"), "{stdout}");
+    assert!(stderr.contains("not a GGUF file"), "{stderr}");
+}
+
 /// `seeker index` and `seeker eval` stop on SIGINT/SIGTERM while they work
 /// (the default action: they hold nothing that needs saving).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
