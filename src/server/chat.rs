@@ -70,11 +70,16 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Ap
             };
             return ApiError::invalid_field(&param, format!("{param} is required"));
         }
-        if inner.is_syntax() || inner.is_eof() || path == "." {
+        let malformed = inner.is_syntax() || inner.is_eof();
+        if path == "." || malformed && !is_json(body) {
             ApiError::new(
                 ErrorCode::InvalidJson,
                 format!("the request body is not a valid JSON object: {inner}"),
             )
+        } else if malformed {
+            // serde_json reports a number or array where an enum's string
+            // belongs (`"role": 5`) as a syntax error ("expected value").
+            ApiError::invalid_field(&path, format!("{path}: has the wrong type"))
         } else {
             ApiError::invalid_field(
                 &path,
@@ -90,6 +95,11 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Ap
         )
     })?;
     Ok(request)
+}
+
+/// Whether `body` is well-formed JSON, whatever its shape.
+fn is_json(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
 }
 
 /// serde's message with Rust type names put in JSON terms.

@@ -252,6 +252,12 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
             Some("messages[0].role"),
         ),
         (
+            r#"{"messages": [{"role": 5, "content": "q"}]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("messages[0].role"),
+        ),
+        (
             r#"{"messages": [{"role": "user", "content": "q"}], "temperature": 7}"#,
             StatusCode::BAD_REQUEST,
             "invalid_value",
