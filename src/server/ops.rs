@@ -247,16 +247,9 @@ async fn buffer_body(ops: &Ops, request: Request) -> Result<Request, ApiError> {
     use futures::StreamExt;
     let (parts, body) = request.into_parts();
     let limit = ops.max_body_bytes;
-    let declared = parts
-        .headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the request body is larger than {limit} bytes"),
-        ));
-    }
+    // A declared length over the limit is not refused before reading: a
+    // client still sending gets a broken pipe instead of the 413 (Python's
+    // urllib does). Reading stops at the limit.
     let read = async move {
         let mut stream = body.into_data_stream();
         let mut bytes = Vec::new();
