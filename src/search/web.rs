@@ -70,8 +70,17 @@ pub(crate) async fn read_body(
         return Err(SearchError::RateLimited { retry_after: wait });
     }
     if !status.is_success() {
+        // Only the provider's own error message reaches the client (in the
+        // splice and the stream); a raw body (an HTML error page, a traceback
+        // with the provider's file paths) goes to the log alone.
         let text = message(&body).unwrap_or_else(|| {
-            String::from_utf8_lossy(&body[..body.len().min(MAX_MESSAGE_CHARS * 4)]).into_owned()
+            let raw = String::from_utf8_lossy(&body[..body.len().min(MAX_MESSAGE_CHARS * 4)]);
+            tracing::warn!(
+                status = status.as_u16(),
+                body = %super::clean::collapse_whitespace(&raw),
+                "search provider error without a structured message"
+            );
+            String::new()
         });
         let text = super::clean::collapse_whitespace(&text);
         let text = super::clean::truncate_chars(&text, MAX_MESSAGE_CHARS).to_string();

@@ -917,3 +917,38 @@ async fn the_shared_cache_is_bounded_in_bytes_and_entries() {
     let (entries, _) = d.cache_usage().await;
     assert!((1..=10).contains(&entries), "{entries}");
 }
+
+/// A provider's error page without a structured message (here a Python
+/// traceback naming its files) never reaches the client: the failure says the
+/// status and its reason; the body goes to the server log only.
+#[tokio::test]
+async fn a_raw_provider_error_body_is_not_passed_on() {
+    let router = Router::new().route(
+        "/retrieve",
+        post(|| async {
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Traceback (most recent call last):\n  File \"/srv/retriever/app.py\", line 7",
+            )
+        }),
+    );
+    let addr = serve(router).await;
+    let mut d = Dispatcher::new(DispatchConfig {
+        cache_ttl: Duration::ZERO,
+        ..config(2000, 3000)
+    });
+    let limits = BackendLimits {
+        retries: 0,
+        ..BackendLimits::default()
+    };
+    let backend = RetrieverBackend::new(&format!("http://{addr}/retrieve"));
+    d.add("e5", Arc::new(backend), limits);
+    let results = d.search_round(None, &queries(&["paris"]), 3).await;
+    assert_eq!(
+        error(&results[0]),
+        &SearchError::Status {
+            status: 500,
+            message: "Internal Server Error".into()
+        }
+    );
+}
