@@ -57,6 +57,11 @@ pub struct ServerConfig {
     /// body is read before the request takes a concurrency slot, so clients
     /// that trickle bodies cannot hold the slots. 0 = no limit.
     pub body_timeout_s: u64,
+    /// Seconds a client has to send a request's headers, from the moment the
+    /// connection waits for them: a new connection, or a kept-alive one between
+    /// requests (so this is also the idle timeout). The connection is closed
+    /// after it. 0 = none.
+    pub header_timeout_s: u64,
     /// Seconds open streams may keep running after SIGTERM/SIGINT before they
     /// are ended with a `server_shutting_down` error; new connections are
     /// refused at once.
@@ -75,6 +80,7 @@ impl Default for ServerConfig {
             max_concurrent_requests: 16,
             request_timeout_s: 600,
             body_timeout_s: 30,
+            header_timeout_s: 30,
             shutdown_grace_s: 30,
         }
     }

@@ -493,30 +493,108 @@ fn server_result(ended: Result<std::io::Result<()>, tokio::task::JoinError>) -> 
 /// running (streams get a `server_shutting_down` error event and `[DONE]`,
 /// others a 503), and returns once every connection has closed.
 ///
+/// Each connection (HTTP/1.1, or HTTP/2 with prior knowledge) gets
+/// `server.header_timeout_s` to send a request's headers, on a new
+/// connection and between requests on a kept-alive one: a client that
+/// connects and sends nothing, or trickles its headers, or idles, is closed
+/// then. (axum's own `serve` runs hyper without a timer, so with no such
+/// timeout: idle connections piled up until the process ran out of file
+/// descriptors — seeker issue 18.)
+///
 /// # Errors
-/// The listener failed.
+/// None today: accept errors are logged and retried (a full descriptor
+/// table is waited out, not fatal).
 pub async fn run(
     listener: tokio::net::TcpListener,
     state: Arc<AppState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto;
+
+    let header_timeout = state.ops.header_timeout;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     let ending = Arc::clone(&state);
-    let signal = async move {
-        shutdown.await;
-        tracing::info!(
-            grace_s = grace.as_secs_f64(),
-            "shutting down: refusing new connections, letting open requests finish"
-        );
+    let router = app(state);
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(e) if is_per_connection(&e) => continue,
+            Err(e) => {
+                // EMFILE/ENFILE and the like: wait for descriptors to free up.
+                tracing::error!(error = %e, "accepting a connection failed; retrying in 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        // Taken now, before a shutdown can start: it then waits for this one.
+        let watcher = connections.watcher();
+        let (builder, router, mut stopping) =
+            (builder.clone(), router.clone(), stopping_rx.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(grace).await;
-            tracing::info!("grace period over: ending the requests still running");
-            ending.ops.end_running_requests();
+            // hyper-util reads the first bytes to tell HTTP/1 from HTTP/2
+            // before hyper's header timer starts: a connection that sends
+            // nothing would wait there for good, so its first byte gets the
+            // same deadline (and a shutdown drops it at once).
+            if let Some(limit) = header_timeout {
+                let mut probe = [0u8; 1];
+                let arrived = tokio::select! {
+                    peeked = tokio::time::timeout(limit, stream.peek(&mut probe)) => {
+                        matches!(peeked, Ok(Ok(n)) if n > 0)
+                    }
+                    _ = stopping.wait_for(|stop| *stop) => false,
+                };
+                if !arrived {
+                    return;
+                }
+            }
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(connection).await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
         });
-    };
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(signal)
-        .await
+    }
+    drop(listener);
+    stopping.send_replace(true);
+    tracing::info!(
+        grace_s = grace.as_secs_f64(),
+        "shutting down: refusing new connections, letting open requests finish"
+    );
+    let grace_timer = tokio::spawn(async move {
+        tokio::time::sleep(grace).await;
+        tracing::info!("grace period over: ending the requests still running");
+        ending.ops.end_running_requests();
+    });
+    connections.shutdown().await;
+    grace_timer.abort();
+    Ok(())
+}
+
+/// Accept errors that concern one connection only (the peer gave up before
+/// it was accepted): the next accept goes on at once.
+fn is_per_connection(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
 }
 
 /// SIGINT (Ctrl-C) and SIGTERM, caught from the moment this is created: from

@@ -45,6 +45,9 @@ pub struct Ops {
     pub max_body_bytes: usize,
     /// Time to send a limited route's body.
     body_timeout: Option<Duration>,
+    /// Time to send a request's headers (and idle time of a kept-alive
+    /// connection); applied by [`super::run`].
+    pub header_timeout: Option<Duration>,
     /// `true` once running requests must end (after the shutdown grace period).
     shutdown: watch::Sender<bool>,
 }
@@ -61,6 +64,8 @@ impl Ops {
             max_body_bytes: config.max_body_bytes,
             body_timeout: (config.body_timeout_s > 0)
                 .then(|| Duration::from_secs(config.body_timeout_s)),
+            header_timeout: (config.header_timeout_s > 0)
+                .then(|| Duration::from_secs(config.header_timeout_s)),
             shutdown: watch::channel(false).0,
         }
     }

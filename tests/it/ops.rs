@@ -371,6 +371,57 @@ async fn slow_bodies_hold_no_slot_and_time_out() {
     }
 }
 
+/// Connections that send nothing, trickle their headers, or idle after a
+/// request are closed after `header_timeout_s` (before, axum's `serve` ran
+/// hyper without a timer: they stayed open for good, and about a thousand of
+/// them exhausted the descriptors and stopped all service).
+#[tokio::test]
+async fn silent_slow_and_idle_connections_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            header_timeout_s: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let address = server.url.strip_prefix("http://").unwrap().to_string();
+    let silent = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let mut partial = tokio::net::TcpStream::connect(&address).await.unwrap();
+    partial
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut idle = tokio::net::TcpStream::connect(&address).await.unwrap();
+    idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until(&mut idle, "\"ok\"").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let started = Instant::now();
+    for (name, mut stream) in [("silent", silent), ("partial", partial), ("idle", idle)] {
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            use tokio::io::AsyncReadExt;
+            let mut buffer = [0u8; 1024];
+            loop {
+                match stream.read(&mut buffer).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert!(
+            closed.is_ok(),
+            "the {name} connection is still open after {:?}",
+            started.elapsed()
+        );
+    }
+    // And the server still serves.
+    assert_eq!(post(&server.url, &chat(false)).await.status(), 200);
+}
+
 /// What `stream` receives until it contains `needle`, the peer closes, or 5 s
 /// pass.
 async fn read_until(stream: &mut tokio::net::TcpStream, needle: &str) -> String {
