@@ -476,7 +476,13 @@ impl<'a> Rollout<'a> {
                     stop: profile.stop_strings(),
                 };
                 let prompt = format!("{}{}", self.transcript, scanner.kept_text());
-                let mut generation = match self.ctx.engine.generate(&prompt, &params).await {
+                let generation = tokio::select! {
+                    // The client left while the round waited for the engine
+                    // (a gated engine queues it): it never reaches the engine.
+                    () = self.events.closed() => return Err(RolloutError::Cancelled),
+                    generation = self.ctx.engine.generate(&prompt, &params) => generation,
+                };
+                let mut generation = match generation {
                     Ok(g) => g,
                     // Spliced documents filled the context: the answer ends here, as
                     // at the token budget. A prompt too long to start is an error.

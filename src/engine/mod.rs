@@ -6,9 +6,11 @@
 //! reference implementations do (Search-R1 `infer.py` re-encodes the string).
 //!
 //! Implementations: [`mistral::MistralEngine`] (mistral.rs, embedded) and
-//! [`scripted::ScriptedEngine`] (replays given text, for tests).
+//! [`scripted::ScriptedEngine`] (replays given text, for tests);
+//! [`gate::Gated`] puts any engine behind a first-come, first-served gate.
 //! Dropping the receiver returned by [`Engine::generate`] cancels generation.
 
+pub mod gate;
 pub mod mistral;
 pub mod prepare;
 pub mod scripted;

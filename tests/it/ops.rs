@@ -36,6 +36,19 @@ impl Server {
         keys: &[&str],
         grace: Duration,
     ) -> Self {
+        let serving = Arc::new(engine.clone());
+        Self::start_serving(engine, serving, backend, config, keys, grace).await
+    }
+
+    /// A server whose engine is `serving` (`engine` itself, or a wrapper of it).
+    async fn start_serving(
+        engine: ScriptedEngine,
+        serving: Arc<dyn seeker::engine::Engine>,
+        backend: Arc<dyn SearchBackend>,
+        config: ServerConfig,
+        keys: &[&str],
+        grace: Duration,
+    ) -> Self {
         let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
         let state = AppState::new(
             "test-model".into(),
@@ -45,7 +58,7 @@ impl Server {
             GenerationConfig::default(),
         )
         .with_server_config(&config, &keys);
-        state.set_engine(Arc::new(engine.clone()));
+        state.set_engine(serving);
         let state = Arc::new(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -420,6 +433,53 @@ async fn silent_slow_and_idle_connections_are_closed() {
     }
     // And the server still serves.
     assert_eq!(post(&server.url, &chat(false)).await.status(), 200);
+}
+
+/// Behind the engine gate (the embedded engine's wiring: one slot), streams
+/// that their clients close while they wait for the engine never reach it;
+/// only the request that held the slot generated. (Before, each closed
+/// stream's request was sent to the engine and queued there; mistral.rs then
+/// prefilled it when its turn came — seeker issue 18.)
+#[tokio::test]
+async fn streams_closed_while_they_wait_never_reach_the_engine() {
+    let engine = ScriptedEngine::new(long_reasoning(20))
+        .cycling()
+        .with_delay(Duration::from_millis(50));
+    let gated = Arc::new(seeker::engine::gate::Gated::new(engine.clone(), 1));
+    let server = Server::start_serving(
+        engine.clone(),
+        gated,
+        mona_lisa(),
+        ServerConfig::default(),
+        &[],
+        Duration::from_secs(5),
+    )
+    .await;
+    let mut body = chat(true);
+    body["max_tokens"] = json!(20);
+    let first = post(&server.url, &body).await;
+    assert_eq!(first.status(), 200);
+    // Five clients that give up as soon as their stream opened.
+    for _ in 0..5 {
+        let response = post(&server.url, &body).await;
+        assert_eq!(response.status(), 200);
+        drop(response);
+    }
+    let data = read_stream(first).await;
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    // Give a queued request time to reach the engine, were it still queued.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        engine.prompts().len(),
+        1,
+        "only the first request generated"
+    );
+    assert_eq!(engine.running(), 0);
+    // The slot is free again: the next request is served.
+    let mut body = chat(false);
+    body["max_tokens"] = json!(3);
+    assert_eq!(post(&server.url, &body).await.status(), 200);
+    assert_eq!(engine.prompts().len(), 2);
 }
 
 /// What `stream` receives until it contains `needle`, the peer closes, or 5 s
