@@ -5,8 +5,22 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::e2e::{build_index, start_server_with, wait_healthy};
+use crate::e2e::{build_index, start_server_with, wait_healthy, Server};
 use crate::http::sse_data;
+
+/// A loaded server on the default config and a fresh index: the index's
+/// directory and the server (both kept alive by the caller), a client, and
+/// the chat completions URL.
+async fn ready_server() -> (tempfile::TempDir, Server, reqwest::Client, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let index = tmp.path().join("index");
+    build_index(&index);
+    let server = start_server_with(&index, &[]);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    (tmp, server, client, url)
+}
 
 fn ask(question: &str, max_tokens: u32) -> Value {
     json!({"max_tokens": max_tokens, "messages": [{"role": "user", "content": question}]})
@@ -19,13 +33,7 @@ fn ask(question: &str, max_tokens: u32) -> Value {
 /// then failed with 500 `engine_error`, and every later one too.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_request_does_not_stop_the_engine_for_the_others() {
-    let tmp = tempfile::tempdir().unwrap();
-    let index = tmp.path().join("index");
-    build_index(&index);
-    let server = start_server_with(&index, &[]);
-    let client = reqwest::Client::new();
-    wait_healthy(&client, &server.base).await;
-    let url = format!("{}/v1/chat/completions", server.base);
+    let (_tmp, _server, client, url) = ready_server().await;
 
     // Keeps the engine busy for seconds: the question's documents are
     // prefilled (one long forward pass), then 32 tokens.
@@ -77,13 +85,7 @@ async fn an_abandoned_request_does_not_stop_the_engine_for_the_others() {
 /// complete are kept, the incomplete one is dropped, never replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_ending_inside_a_character_finishes_with_length() {
-    let tmp = tempfile::tempdir().unwrap();
-    let index = tmp.path().join("index");
-    build_index(&index);
-    let server = start_server_with(&index, &[]);
-    let client = reqwest::Client::new();
-    wait_healthy(&client, &server.base).await;
-    let url = format!("{}/v1/chat/completions", server.base);
+    let (_tmp, _server, client, url) = ready_server().await;
 
     let continued = json!({"max_tokens": 1, "continue_final_message": true, "messages": [
         {"role": "user", "content": "法国的首都是哪里？"},
