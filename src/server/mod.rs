@@ -422,12 +422,22 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             let _ = stop_server.send(());
             load.abort();
             crate::engine::prepare::discard_own_partial(&gguf, weights);
-            return finish_server(server, signals).await;
+            // Nothing but `/health`-style answers runs before the model is
+            // loaded: a connection still open after a moment (a client that
+            // sent half its headers or body) is not waited for.
+            return match tokio::time::timeout(LOADING_SHUTDOWN, finish_server(server, signals)).await {
+                Ok(ended) => ended,
+                Err(_) => {
+                    tracing::warn!("connections still open; exiting without them");
+                    Ok(())
+                }
+            };
         }
         loaded = &mut load => {
             let failure = match loaded {
                 Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(anyhow::Error::new(e).context("model load failed")),
+                // `EngineError::Load` says "model load failed: …" itself.
+                Ok(Err(e)) => Some(anyhow::Error::new(e)),
                 Err(e) => Some(anyhow::anyhow!("model load task failed: {e}")),
             };
             if let Some(e) = failure {
@@ -446,6 +456,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         ended = &mut server => server_result(ended),
     }
 }
+
+/// How long a signal during the model load waits for open connections.
+const LOADING_SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// How long connections may take to close after the grace period ended the
+/// requests still running (their streams send a last error event and
+/// `[DONE]`); a connection still open then (half-sent headers or body) is
+/// not waited for.
+const AFTER_GRACE: Duration = Duration::from_secs(1);
 
 /// Loads the embedded model and hands it to `state` (`/health` turns 200).
 async fn load_engine(
@@ -494,7 +513,9 @@ fn server_result(ended: Result<std::io::Result<()>, tokio::task::JoinError>) -> 
 /// Serves `app(state)` on `listener` until `shutdown` resolves; then refuses
 /// new connections, lets open requests run for `grace`, ends the ones still
 /// running (streams get a `server_shutting_down` error event and `[DONE]`,
-/// others a 503), and returns once every connection has closed.
+/// others a 503), and returns once every connection has closed, or at the
+/// latest a second after that (a client that sent half its headers or body
+/// is not waited for).
 ///
 /// Each connection (HTTP/1.1, or HTTP/2 with prior knowledge) gets
 /// `server.header_timeout_s` to send a request's headers, on a new
@@ -579,13 +600,22 @@ pub async fn run(
         grace_s = grace.as_secs_f64(),
         "shutting down: refusing new connections, letting open requests finish"
     );
-    let grace_timer = tokio::spawn(async move {
+    let closed = connections.shutdown();
+    let grace_over = async {
         tokio::time::sleep(grace).await;
         tracing::info!("grace period over: ending the requests still running");
         ending.ops.end_running_requests();
-    });
-    connections.shutdown().await;
-    grace_timer.abort();
+        tokio::time::sleep(AFTER_GRACE).await;
+    };
+    tokio::select! {
+        () = closed => {}
+        () = grace_over => {
+            // A client that sent half its headers or body keeps its
+            // connection open until `header_timeout_s`/`body_timeout_s`:
+            // the server does not wait for it.
+            tracing::warn!("connections still open after the grace period; not waiting for them");
+        }
+    }
     Ok(())
 }
 

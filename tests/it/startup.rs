@@ -72,6 +72,21 @@ async fn exit_within(child: &mut Child, limit: Duration) -> Option<(ExitStatus, 
     }
 }
 
+/// A connection to `base` that sent a request line and one header, not the
+/// blank line that ends the headers.
+async fn half_sent_request(base: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let address = base.strip_prefix("http://").unwrap();
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // Let the server accept it before anything else happens.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stream
+}
+
 /// Unfinished weight copies (`*.partial-PID`) in `dir`.
 fn partials(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -223,15 +238,21 @@ async fn serve_stops_promptly_on_a_signal_at_every_stage() {
         503,
         "the model is still loading"
     );
+    // A client that sent half its headers is not waited for.
+    let _half = half_sent_request(&server.base).await;
     signal(&server.child, "INT");
     let (status, _) = exit_within(&mut server.child, STOP)
         .await
         .expect("SIGINT while the model loads: the server did not exit");
     assert!(status.success(), "loading: {status}");
 
-    // 4. Serving, idle.
-    let mut server = start_server_with(&index, &as_is);
+    // 4. Serving, idle but for a client that sent half its headers: the
+    //    grace period (1 s here) bounds the wait for it.
+    let mut env = as_is.to_vec();
+    env.push(("SEEKER_SERVER__SHUTDOWN_GRACE_S", "1"));
+    let mut server = start_server_with(&index, &env);
     poll_until_loaded(&client, &server.base, "idle").await;
+    let _half = half_sent_request(&server.base).await;
     signal(&server.child, "TERM");
     let (status, _) = exit_within(&mut server.child, STOP)
         .await
@@ -333,6 +354,25 @@ async fn index_and_eval_stop_on_a_signal() {
         .await
         .expect("seeker index ignored SIGINT");
     assert!(!status.success(), "index: {status}");
+    // The interrupted build left its hidden work directory; the next build
+    // removes it.
+    let leftovers = || {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(".index.tmp-"))
+            .count()
+    };
+    assert_eq!(leftovers(), 1);
+    let rebuilt = Command::new(seeker_bin())
+        .args(["index", "--corpus"])
+        .arg(default_data("data/wiki/corpus.jsonl"))
+        .arg("--index")
+        .arg(tmp.path().join("index"))
+        .output()
+        .unwrap();
+    assert!(rebuilt.status.success());
+    assert_eq!(leftovers(), 0, "the stopped build's directory is removed");
 
     // A server that never answers: connections wait in its backlog.
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
