@@ -19,6 +19,7 @@
 //!   index ([`search::bm25`]).
 //! - [`server`]: the axum HTTP surface (OpenAI chat completions, models, health).
 //! - [`eval`]: `seeker eval`, EM / cover-EM / F1 and retrieval recall on QA sets.
+//! - [`tempfiles`]: removal of temporary files that stopped processes left.
 
 pub mod config;
 pub mod engine;
@@ -30,4 +31,5 @@ pub mod rollout;
 pub mod scanner;
 pub mod search;
 pub mod server;
+pub mod tempfiles;
 pub mod template;

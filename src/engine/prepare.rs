@@ -236,35 +236,7 @@ pub fn sweep_partials(dst: &Path) -> usize {
     let (Some(dir), Some(name)) = (dst.parent(), dst.file_name()) else {
         return 0;
     };
-    let dir = if dir.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        dir
-    };
-    if !Path::new("/proc/self").exists() {
-        return 0;
-    }
-    let prefix = format!("{}.partial-", name.to_string_lossy());
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for entry in entries.flatten() {
-        let file = entry.file_name();
-        let Some(pid) = file
-            .to_str()
-            .and_then(|f| f.strip_prefix(&prefix))
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let running = pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists();
-        if !running && std::fs::remove_file(entry.path()).is_ok() {
-            tracing::info!(file = %entry.path().display(), "removed an unfinished weight copy");
-            removed += 1;
-        }
-    }
-    removed
+    crate::tempfiles::remove_stale(dir, &format!("{}.partial-", name.to_string_lossy()))
 }
 
 /// The file to load for `gguf` in `format`: `gguf` itself for as-is, else its

@@ -167,11 +167,10 @@ pub fn build_index(
     let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
         return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
     };
-    let tmp = parent.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    let tmp_prefix = format!(".{}.tmp-", name.to_string_lossy());
+    // What an earlier build stopped by a signal (or killed) left behind.
+    crate::tempfiles::remove_stale(parent, &tmp_prefix);
+    let tmp = parent.join(format!("{tmp_prefix}{}", std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
