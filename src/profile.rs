@@ -631,42 +631,17 @@ impl Profile {
         out
     }
 
-    /// The text of one query's documents: each through `splice.document` with
-    /// `i` = 1..k, joined by `splice.separator`, stripped when `strip_docs`;
-    /// `no_documents` when there are none; the `failed` text on failure.
     /// `text` with every control tag of this profile defused, so a document
     /// can neither close the document block nor start a search or an answer:
     /// `<` and `>` of each occurrence (ASCII case-insensitive) become `‹` and
     /// `›`, e.g. `</information>` → `‹/information›`. Other text is untouched.
     pub fn neutralise<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
-        let mut out = std::borrow::Cow::Borrowed(text);
-        if !text.contains(['<', '>']) {
-            return out;
-        }
-        for tag in &self.control_tags {
-            let lower = out.to_ascii_lowercase();
-            let needle = tag.to_ascii_lowercase();
-            if !lower.contains(&needle) {
-                continue;
-            }
-            let mut fixed = String::with_capacity(out.len() + 8);
-            let mut from = 0;
-            while let Some(rel) = lower[from..].find(&needle) {
-                let at = from + rel;
-                fixed.push_str(&out[from..at]);
-                fixed.push_str(
-                    &out[at..at + needle.len()]
-                        .replace('<', "‹")
-                        .replace('>', "›"),
-                );
-                from = at + needle.len();
-            }
-            fixed.push_str(&out[from..]);
-            out = std::borrow::Cow::Owned(fixed);
-        }
-        out
+        defuse(text, &self.control_tags)
     }
 
+    /// The text of one query's documents: each through `splice.document` with
+    /// `i` = 1..k, joined by `splice.separator`, stripped when `strip_docs`;
+    /// `no_documents` when there are none; the `failed` text on failure.
     fn docs_text(&self, outcome: QueryOutcome<'_>) -> String {
         let docs = match outcome {
             QueryOutcome::Failed(reason) => {
@@ -761,6 +736,42 @@ impl Profile {
         }
         answer
     }
+}
+
+/// `text` with each occurrence of each of `strings` (ASCII case-insensitive)
+/// made inert: its `<` and `>` become `‹` and `›` (`<|im_start|>` →
+/// `‹|im_start|›`, `</search>` → `‹/search›`); a string without angle
+/// brackets (`[INST]`) gets a zero-width space (U+200B) after its first
+/// character. A tokenizer then reads none of them as a control token, and the
+/// tag scanner none as a tag. Other text is untouched (borrowed).
+pub fn defuse<'t>(text: &'t str, strings: &[String]) -> std::borrow::Cow<'t, str> {
+    let mut out = std::borrow::Cow::Borrowed(text);
+    for tag in strings.iter().filter(|t| !t.is_empty()) {
+        let lower = out.to_ascii_lowercase();
+        let needle = tag.to_ascii_lowercase();
+        if !lower.contains(&needle) {
+            continue;
+        }
+        let mut fixed = String::with_capacity(out.len() + 8);
+        let mut from = 0;
+        while let Some(rel) = lower[from..].find(&needle) {
+            let at = from + rel;
+            fixed.push_str(&out[from..at]);
+            let found = &out[at..at + needle.len()];
+            if found.contains(['<', '>']) {
+                fixed.push_str(&found.replace('<', "‹").replace('>', "›"));
+            } else {
+                let first = found.chars().next().map_or(0, char::len_utf8);
+                fixed.push_str(&found[..first]);
+                fixed.push('\u{200B}');
+                fixed.push_str(&found[first..]);
+            }
+            from = at + needle.len();
+        }
+        fixed.push_str(&out[from..]);
+        out = std::borrow::Cow::Owned(fixed);
+    }
+    out
 }
 
 #[cfg(test)]
