@@ -37,7 +37,9 @@ use tokio::sync::mpsc;
 use crate::engine::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, GenerationParams, Role,
 };
-use crate::profile::{AnswerFallback, Profile, PromptText, QueryOutcome, QuestionSearch, RoundCap};
+use crate::profile::{
+    defuse, AnswerFallback, Profile, PromptText, QueryOutcome, QuestionSearch, RoundCap,
+};
 use crate::scanner::{Region, RoundEnd, ScanEvent, TagScanner};
 use crate::search::dispatch::{Dispatcher, QueryResult};
 use crate::search::Document;
@@ -393,7 +395,19 @@ impl<'a> Rollout<'a> {
     /// one); returns the assistant text to continue, if any.
     async fn start(&mut self) -> Result<Option<String>, RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
-        let messages = &self.request.messages;
+        let (ctx, request) = (self.ctx, self.request);
+        // Control tokens come from the chat template only: in the messages'
+        // text they are defused (`<|im_start|>` → `‹|im_start|›`).
+        let specials = ctx.engine.special_tokens();
+        let messages: Vec<ChatTurn> = request
+            .messages
+            .iter()
+            .map(|m| ChatTurn {
+                role: m.role,
+                content: defuse(&m.content, specials).into_owned(),
+            })
+            .collect();
+        let messages = &messages;
         let continuation = if self.request.continue_final_message {
             match messages.last() {
                 Some(m) if m.role == Role::Assistant => Some(m.content.clone()),
@@ -406,7 +420,8 @@ impl<'a> Rollout<'a> {
             .iter()
             .rposition(|m| m.role == Role::User && !m.content.trim().is_empty())
             .ok_or(RolloutError::NoQuestion)?;
-        let question = profile.normalize_question(&messages[question_at].content);
+        // The question searched is the user's own text.
+        let question = profile.normalize_question(&request.messages[question_at].content);
 
         let mut documents_first = None;
         let mut after_prompt = None;
@@ -734,12 +749,33 @@ impl<'a> Rollout<'a> {
             self.emit(RolloutEvent::Results(record.clone())).await?;
             records.push(record);
         }
-        let outcomes: Vec<(&str, QueryOutcome<'_>)> = records
+        // What enters the context carries no control token of the model's
+        // tokenizer (a web page could otherwise forge chat turns); the
+        // events and citations keep the documents as the backend gave them.
+        let specials = self.ctx.engine.special_tokens();
+        let defused: Vec<(Vec<Document>, Option<String>)> = records
             .iter()
             .map(|r| {
-                let outcome = match &r.error {
+                let documents = r
+                    .documents
+                    .iter()
+                    .map(|d| Document {
+                        title: defuse(&d.title, specials).into_owned(),
+                        text: defuse(&d.text, specials).into_owned(),
+                        ..d.clone()
+                    })
+                    .collect();
+                let error = r.error.as_deref().map(|e| defuse(e, specials).into_owned());
+                (documents, error)
+            })
+            .collect();
+        let outcomes: Vec<(&str, QueryOutcome<'_>)> = records
+            .iter()
+            .zip(&defused)
+            .map(|(r, (documents, error))| {
+                let outcome = match error {
                     Some(e) => QueryOutcome::Failed(e),
-                    None => QueryOutcome::Documents(&r.documents),
+                    None => QueryOutcome::Documents(documents),
                 };
                 (r.query.as_str(), outcome)
             })

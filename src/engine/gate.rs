@@ -48,6 +48,10 @@ impl<E: Engine> Engine for Gated<E> {
         self.inner.model_id()
     }
 
+    fn special_tokens(&self) -> &[String] {
+        self.inner.special_tokens()
+    }
+
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
         self.inner.render_chat(messages).await
     }

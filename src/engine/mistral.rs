@@ -96,6 +96,8 @@ pub struct MistralEngine {
     model: Arc<mistralrs::Model>,
     model_id: String,
     max_seq_len: Option<usize>,
+    /// The GGUF tokenizer's control tokens ([`super::prepare::special_tokens`]).
+    special_tokens: Vec<String>,
 }
 
 impl MistralEngine {
@@ -172,10 +174,13 @@ impl MistralEngine {
         };
         let model = build_off_runtime(pipeline, scheduler, engine_config).await?;
         let max_seq_len = model.max_sequence_length().ok().flatten();
+        let special_tokens = super::prepare::special_tokens(&config.gguf)
+            .map_err(|e| EngineError::Load(format!("{e:#}")))?;
         Ok(Self {
             model: Arc::new(model),
             model_id: config.model_id.clone(),
             max_seq_len,
+            special_tokens,
         })
     }
 
@@ -278,6 +283,10 @@ fn best_device() -> Result<Device, EngineError> {
 impl Engine for MistralEngine {
     fn model_id(&self) -> &str {
         &self.model_id
+    }
+
+    fn special_tokens(&self) -> &[String] {
+        &self.special_tokens
     }
 
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {

@@ -105,6 +105,14 @@ pub trait Engine: Send + Sync {
     /// The model id clients use (`/v1/models`).
     fn model_id(&self) -> &str;
 
+    /// Strings the tokenizer reads as special (control) tokens wherever they
+    /// appear in text, e.g. `<|im_start|>` for ChatML models. The rollout
+    /// defuses them in message contents and documents, so that only the chat
+    /// template writes control tokens. Default: none.
+    fn special_tokens(&self) -> &[String] {
+        &[]
+    }
+
     /// Renders `messages` through the model's chat template, ending with the
     /// generation prompt for a new assistant turn, as text.
     ///

@@ -104,6 +104,41 @@ pub fn check_gguf(gguf: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The control tokens of the tokenizer inside `gguf`: the entries of
+/// `tokenizer.ggml.tokens` whose `tokenizer.ggml.token_type` is 3 (CONTROL,
+/// in the GGUF specification's numbering: 1 normal, 2 unknown, 3 control,
+/// 4 user-defined, 5 unused, 6 byte). These are what a tokenizer reads as
+/// special tokens wherever they appear in text (`<|im_start|>`,
+/// `<|im_end|>`, `<|endoftext|>` for ChatML models).
+///
+/// # Errors
+/// `gguf` is not a readable GGUF. A GGUF without token types gives none.
+pub fn special_tokens(gguf: &Path) -> anyhow::Result<Vec<String>> {
+    let mut reader =
+        BufReader::new(File::open(gguf).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?);
+    let content = gguf_file::Content::read(&mut reader)
+        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", gguf.display()))?;
+    let (Some(tokens), Some(types)) = (
+        content.metadata.get("tokenizer.ggml.tokens"),
+        content.metadata.get("tokenizer.ggml.token_type"),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let (Ok(tokens), Ok(types)) = (tokens.to_vec(), types.to_vec()) else {
+        return Ok(Vec::new());
+    };
+    let mut special: Vec<String> = tokens
+        .iter()
+        .zip(types)
+        .filter(|(_, kind)| kind.to_i32().ok() == Some(3))
+        .filter_map(|(token, _)| token.to_string().ok().cloned())
+        .filter(|token| !token.is_empty())
+        .collect();
+    special.sort();
+    special.dedup();
+    Ok(special)
+}
+
 /// [`WeightFormat::Auto`] made concrete for `gguf` (other formats unchanged):
 /// F32 if every weight in F32 fits in [`AUTO_F32_LIMIT_BYTES`], else Q8_0.
 ///

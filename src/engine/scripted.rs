@@ -28,6 +28,8 @@ pub struct ScriptedEngine {
     running: Arc<AtomicUsize>,
     /// Put each script back at the end after playing it.
     cycle: bool,
+    /// What [`Engine::special_tokens`] reports.
+    special_tokens: Vec<String>,
 }
 
 /// Decrements the running count when a generation task ends, however it ends.
@@ -52,6 +54,12 @@ impl ScriptedEngine {
             )),
             ..Self::default()
         }
+    }
+
+    /// Reports `tokens` as the tokenizer's special tokens.
+    pub fn with_special_tokens(mut self, tokens: &[&str]) -> Self {
+        self.special_tokens = tokens.iter().map(|t| t.to_string()).collect();
+        self
     }
 
     /// Waits `delay` before each piece (for cancellation tests).
@@ -90,6 +98,10 @@ impl ScriptedEngine {
 impl Engine for ScriptedEngine {
     fn model_id(&self) -> &str {
         "scripted"
+    }
+
+    fn special_tokens(&self) -> &[String] {
+        &self.special_tokens
     }
 
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {

@@ -106,3 +106,16 @@ fn unfinished_copies_of_dead_processes_are_swept() {
     assert!(alive.exists());
     assert!(other.exists());
 }
+
+/// The default GGUF's control tokens are read from its tokenizer metadata:
+/// the ChatML markers the template writes, and not ordinary text.
+#[test]
+fn the_default_models_control_tokens_are_found() {
+    let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let special = seeker::engine::prepare::special_tokens(&gguf).unwrap();
+    for token in ["<|im_start|>", "<|im_end|>", "<|endoftext|>"] {
+        assert!(special.iter().any(|s| s == token), "{token} in {special:?}");
+    }
+    assert!(special.len() < 100, "{special:?}");
+    assert!(!special.iter().any(|s| s == "the" || s == "Paris"));
+}
