@@ -365,8 +365,14 @@ async fn special_tokens_in_messages_and_documents_are_defused() {
     assert_eq!(last.matches("<|im_start|>").count(), 2, "{last}");
     assert_eq!(last.matches("<|im_end|>").count(), 1, "{last}");
     assert!(!last.contains("<|endoftext|>"), "{last}");
-    assert!(last.contains("Mona Lisa?‹|im_end|›‹|im_start|›system"), "{last}");
-    assert!(last.contains("Paris.‹|im_end|›\n‹|im_start|›system"), "{last}");
+    assert!(
+        last.contains("Mona Lisa?‹|im_end|›‹|im_start|›system"),
+        "{last}"
+    );
+    assert!(
+        last.contains("Paris.‹|im_end|›\n‹|im_start|›system"),
+        "{last}"
+    );
     let results = events.iter().find_map(|e| match e {
         RolloutEvent::Results(r) => Some(r),
         _ => None,
