@@ -642,10 +642,13 @@ impl Profile {
     /// The text of one query's documents: each through `splice.document` with
     /// `i` = 1..k, joined by `splice.separator`, stripped when `strip_docs`;
     /// `no_documents` when there are none; the `failed` text on failure.
-    fn docs_text(&self, outcome: QueryOutcome<'_>) -> String {
+    /// Document text is defused twice over: this profile's control tags, then
+    /// `also` (the tokenizer's control tokens).
+    fn docs_text(&self, outcome: QueryOutcome<'_>, also: &[String]) -> String {
+        let clean = |text: &str| defuse(&self.neutralise(text), also).into_owned();
         let docs = match outcome {
             QueryOutcome::Failed(reason) => {
-                return self.failed.render(&[("reason", &self.neutralise(reason))])
+                return self.failed.render(&[("reason", &clean(reason))])
             }
             QueryOutcome::Documents([]) => return self.no_documents.clone(),
             QueryOutcome::Documents(docs) => docs,
@@ -660,8 +663,8 @@ impl Profile {
                 .render_into(&mut joined, |field, out| match field {
                     "i" => out.push_str(&rank),
                     "id" => out.push_str(&doc.id),
-                    "title" => out.push_str(&self.neutralise(&doc.title)),
-                    "text" => out.push_str(&self.neutralise(&doc.text)),
+                    "title" => out.push_str(&clean(&doc.title)),
+                    "text" => out.push_str(&clean(&doc.text)),
                     "url" => out.push_str(doc.url.as_deref().unwrap_or("")),
                     _ => {}
                 });
@@ -676,10 +679,21 @@ impl Profile {
     /// The text spliced after a search call for its queries' outcomes, byte
     /// for byte in the policy's trained format (`splice.block` with `{docs}`).
     pub fn render_splice(&self, results: &[(&str, QueryOutcome<'_>)]) -> String {
+        self.render_splice_defusing(results, &[])
+    }
+
+    /// [`Profile::render_splice`], with `also` (the tokenizer's control
+    /// tokens, [`crate::engine::Engine::special_tokens`]) defused in every
+    /// document and failure text as the profile's own tags are.
+    pub fn render_splice_defusing(
+        &self,
+        results: &[(&str, QueryOutcome<'_>)],
+        also: &[String],
+    ) -> String {
         let docs = match self.splice_format {
             SpliceFormat::Text => results
                 .iter()
-                .map(|(_, outcome)| self.docs_text(*outcome))
+                .map(|(_, outcome)| self.docs_text(*outcome, also))
                 .collect::<Vec<_>>()
                 .join("\n"),
             SpliceFormat::Json => dumps_indent2(&PyValue::Object(vec![
@@ -697,7 +711,7 @@ impl Profile {
                     PyValue::List(
                         results
                             .iter()
-                            .map(|(_, outcome)| PyValue::Str(self.docs_text(*outcome)))
+                            .map(|(_, outcome)| PyValue::Str(self.docs_text(*outcome, also)))
                             .collect(),
                     ),
                 ),
@@ -746,8 +760,12 @@ impl Profile {
 /// tag scanner none as a tag. Other text is untouched (borrowed).
 pub fn defuse<'t>(text: &'t str, strings: &[String]) -> std::borrow::Cow<'t, str> {
     let mut out = std::borrow::Cow::Borrowed(text);
+    if strings.is_empty() {
+        return out;
+    }
+    // Lower-cased once; again only after a replacement changed the text.
+    let mut lower = text.to_ascii_lowercase();
     for tag in strings.iter().filter(|t| !t.is_empty()) {
-        let lower = out.to_ascii_lowercase();
         let needle = tag.to_ascii_lowercase();
         if !lower.contains(&needle) {
             continue;
@@ -769,6 +787,7 @@ pub fn defuse<'t>(text: &'t str, strings: &[String]) -> std::borrow::Cow<'t, str
             from = at + needle.len();
         }
         fixed.push_str(&out[from..]);
+        lower = fixed.to_ascii_lowercase();
         out = std::borrow::Cow::Owned(fixed);
     }
     out

@@ -749,38 +749,20 @@ impl<'a> Rollout<'a> {
             self.emit(RolloutEvent::Results(record.clone())).await?;
             records.push(record);
         }
-        // What enters the context carries no control token of the model's
-        // tokenizer (a web page could otherwise forge chat turns); the
-        // events and citations keep the documents as the backend gave them.
-        let specials = self.ctx.engine.special_tokens();
-        let defused: Vec<(Vec<Document>, Option<String>)> = records
-            .iter()
-            .map(|r| {
-                let documents = r
-                    .documents
-                    .iter()
-                    .map(|d| Document {
-                        title: defuse(&d.title, specials).into_owned(),
-                        text: defuse(&d.text, specials).into_owned(),
-                        ..d.clone()
-                    })
-                    .collect();
-                let error = r.error.as_deref().map(|e| defuse(e, specials).into_owned());
-                (documents, error)
-            })
-            .collect();
         let outcomes: Vec<(&str, QueryOutcome<'_>)> = records
             .iter()
-            .zip(&defused)
-            .map(|(r, (documents, error))| {
-                let outcome = match error {
+            .map(|r| {
+                let outcome = match &r.error {
                     Some(e) => QueryOutcome::Failed(e),
-                    None => QueryOutcome::Documents(documents),
+                    None => QueryOutcome::Documents(&r.documents),
                 };
                 (r.query.as_str(), outcome)
             })
             .collect();
-        let splice = profile.render_splice(&outcomes);
+        // What enters the context carries no control token of the model's
+        // tokenizer (a web page could otherwise forge chat turns); the
+        // events and citations keep the documents as the backend gave them.
+        let splice = profile.render_splice_defusing(&outcomes, self.ctx.engine.special_tokens());
         for r in &records {
             self.documents.extend(r.documents.iter().cloned());
         }

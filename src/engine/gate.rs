@@ -35,11 +35,6 @@ impl<E: Engine> Gated<E> {
             slots: Arc::new(Semaphore::new(slots.max(1))),
         }
     }
-
-    /// Slots free now: the configured count minus the generations running.
-    pub fn free_slots(&self) -> usize {
-        self.slots.available_permits()
-    }
 }
 
 #[async_trait]

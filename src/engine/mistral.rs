@@ -138,7 +138,11 @@ impl MistralEngine {
             .ok_or_else(|| EngineError::Load(format!("{} is not a file", gguf.display())))?;
         let dtype = config.dtype.to_mistral();
         let device = best_device()?;
-        let pipeline = tokio::task::spawn_blocking(move || {
+        // The tokenizer's control tokens, read from the GGUF with the model
+        // (file reads stay off the async runtime).
+        let tokens_from = config.gguf.clone();
+        let (pipeline, special_tokens) = tokio::task::spawn_blocking(move || {
+            let special_tokens = super::prepare::special_tokens(&tokens_from)?;
             let loader = GGUFLoaderBuilder::new(
                 None,
                 None,
@@ -149,16 +153,18 @@ impl MistralEngine {
                 None,
             )
             .build();
-            loader.load_model_from_hf(
-                None,
-                TokenSource::None,
-                &dtype,
-                &device,
-                true,
-                DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
-                None,
-                None,
-            )
+            loader
+                .load_model_from_hf(
+                    None,
+                    TokenSource::None,
+                    &dtype,
+                    &device,
+                    true,
+                    DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+                    None,
+                    None,
+                )
+                .map(|pipeline| (pipeline, special_tokens))
         })
         .await
         .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?
@@ -174,8 +180,6 @@ impl MistralEngine {
         };
         let model = build_off_runtime(pipeline, scheduler, engine_config).await?;
         let max_seq_len = model.max_sequence_length().ok().flatten();
-        let special_tokens = super::prepare::special_tokens(&config.gguf)
-            .map_err(|e| EngineError::Load(format!("{e:#}")))?;
         Ok(Self {
             model: Arc::new(model),
             model_id: config.model_id.clone(),

@@ -84,6 +84,19 @@ fn needs_conversion(dtype: GgmlDType) -> bool {
     )
 }
 
+/// The header of `gguf` (metadata and tensor table, not the weights), and
+/// the reader positioned after it (for the tensors).
+///
+/// # Errors
+/// `gguf` cannot be opened, or is not a GGUF file (both name the file).
+fn read_header(gguf: &Path) -> anyhow::Result<(gguf_file::Content, BufReader<File>)> {
+    let mut reader =
+        BufReader::new(File::open(gguf).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?);
+    let content = gguf_file::Content::read(&mut reader)
+        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", gguf.display()))?;
+    Ok((content, reader))
+}
+
 /// Reads the header of `gguf` (metadata and tensor table, not the weights):
 /// a quick check that the file is a GGUF model at all, made before the server
 /// listens so that a wrong file fails at once instead of after startup.
@@ -92,10 +105,7 @@ fn needs_conversion(dtype: GgmlDType) -> bool {
 /// `gguf` cannot be read, or is not a GGUF file; or it names no
 /// `general.architecture`.
 pub fn check_gguf(gguf: &Path) -> anyhow::Result<()> {
-    let mut reader =
-        BufReader::new(File::open(gguf).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?);
-    let content = gguf_file::Content::read(&mut reader)
-        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", gguf.display()))?;
+    let content = read_header(gguf)?.0;
     anyhow::ensure!(
         content.metadata.contains_key("general.architecture"),
         "{}: a GGUF file without general.architecture is not a model",
@@ -114,10 +124,7 @@ pub fn check_gguf(gguf: &Path) -> anyhow::Result<()> {
 /// # Errors
 /// `gguf` is not a readable GGUF. A GGUF without token types gives none.
 pub fn special_tokens(gguf: &Path) -> anyhow::Result<Vec<String>> {
-    let mut reader =
-        BufReader::new(File::open(gguf).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?);
-    let content = gguf_file::Content::read(&mut reader)
-        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", gguf.display()))?;
+    let content = read_header(gguf)?.0;
     let (Some(tokens), Some(types)) = (
         content.metadata.get("tokenizer.ggml.tokens"),
         content.metadata.get("tokenizer.ggml.token_type"),
@@ -148,10 +155,7 @@ pub fn resolve(gguf: &Path, format: WeightFormat) -> anyhow::Result<WeightFormat
     if format != WeightFormat::Auto {
         return Ok(format);
     }
-    let mut reader =
-        BufReader::new(File::open(gguf).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?);
-    let content = gguf_file::Content::read(&mut reader)
-        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", gguf.display()))?;
+    let content = read_header(gguf)?.0;
     let f32_bytes: u64 = content
         .tensor_infos
         .values()
@@ -179,10 +183,7 @@ pub fn prepare(src: &Path, dst: &Path, format: WeightFormat) -> anyhow::Result<P
     let format = resolve(src, format)?;
     anyhow::ensure!(format != WeightFormat::AsIs, "nothing to prepare for as_is");
     let started = Instant::now();
-    let mut reader =
-        BufReader::new(File::open(src).map_err(|e| anyhow::anyhow!("{}: {e}", src.display()))?);
-    let content = gguf_file::Content::read(&mut reader)
-        .map_err(|e| anyhow::anyhow!("{}: not a GGUF file: {e}", src.display()))?;
+    let (content, mut reader) = read_header(src)?;
     let mut names: Vec<&String> = content.tensor_infos.keys().collect();
     names.sort();
     let mut tensors: Vec<(String, QTensor)> = Vec::with_capacity(names.len());

@@ -339,7 +339,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
          SEEKER_MODEL__GGUF)",
         config.model.gguf.display()
     );
-    crate::engine::prepare::check_gguf(&config.model.gguf)
+    let gguf = config.model.gguf.clone();
+    tokio::task::spawn_blocking(move || crate::engine::prepare::check_gguf(&gguf))
+        .await?
         .map_err(|e| e.context("model.gguf is not a usable model"))?;
     let search =
         crate::search::dispatcher_from_config(&config.search, |var| std::env::var(var).ok())?;
