@@ -72,8 +72,16 @@ impl Engine for Timed {
         self.inner.model_id()
     }
 
+    fn special_tokens(&self) -> &[String] {
+        self.inner.special_tokens()
+    }
+
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
         self.inner.render_chat(messages).await
+    }
+
+    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
+        self.inner.count_tokens(text).await
     }
 
     async fn generate(

@@ -26,7 +26,9 @@ const COUNT_BUCKETS: &[f64] = &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 16
 /// Every metric seeker exports, registered in its own [`Registry`].
 pub struct Metrics {
     registry: Registry,
-    /// `seeker_http_requests_total{route,status}`: finished HTTP requests.
+    /// `seeker_http_requests_total{route,status}`: finished HTTP requests;
+    /// `status="499"` when the client closed the connection before the
+    /// response started (nginx's convention).
     pub http_requests: IntCounterVec,
     /// `seeker_http_request_duration_seconds{route}`: from the request to the
     /// end of its response body (the whole stream for SSE).
@@ -109,7 +111,7 @@ impl Metrics {
             registry: Registry::new(),
             http_requests: counter_vec(
                 "seeker_http_requests_total",
-                "Finished HTTP requests by route template and status code.",
+                "Finished HTTP requests by route template and status code (499: the client closed the connection before the response).",
                 &["route", "status"],
             ),
             http_request_duration: histogram_vec(

@@ -345,6 +345,12 @@ struct Rollout<'a> {
     answer_sent: String,
     /// The answer region was opened in the current round.
     answer_open: bool,
+    /// The prompt without the question search's documents (prefetch
+    /// profiles only), before the assistant prefix: tells documents that
+    /// overflow the context from a conversation that does.
+    bare_prompt: Option<PromptText>,
+    /// The engine ran at least one round (otherwise usage is counted apart).
+    engine_ran: bool,
 }
 
 impl<'a> Rollout<'a> {
@@ -371,6 +377,8 @@ impl<'a> Rollout<'a> {
             stop: StopFilter::new(&request.stop),
             answer_sent: String::new(),
             answer_open: false,
+            bare_prompt: None,
+            engine_ran: false,
         }
     }
 
@@ -441,6 +449,11 @@ impl<'a> Rollout<'a> {
             PromptText::Chat(turns) => self.ctx.engine.render_chat(&turns).await?,
             PromptText::Raw(text) => text,
         };
+        if documents_first.is_some() {
+            self.bare_prompt = Some(profile.prompt(messages, question_at, None));
+        } else if after_prompt.is_some() {
+            self.bare_prompt = Some(PromptText::Raw(prompt.clone()));
+        }
         prompt.push_str(&profile.assistant_prefix);
         self.prompt_len = prompt.len();
         self.transcript = prompt;
@@ -500,14 +513,28 @@ impl<'a> Rollout<'a> {
                 let mut generation = match generation {
                     Ok(g) => g,
                     // Spliced documents filled the context: the answer ends here, as
-                    // at the token budget. A prompt too long to start is an error.
-                    Err(EngineError::ContextLength { .. }) if self.usage.completion_tokens > 0 => {
+                    // at the token budget. A conversation too long to start is an error.
+                    Err(EngineError::ContextLength {
+                        prompt_tokens,
+                        limit,
+                    }) => {
+                        if !self.documents_overflowed(limit).await? {
+                            return Err(EngineError::ContextLength {
+                                prompt_tokens,
+                                limit,
+                            }
+                            .into());
+                        }
+                        self.usage.prompt_tokens =
+                            prompt_tokens.saturating_sub(self.generated_before_round);
+                        self.engine_ran = true;
                         self.transcript.push_str(scanner.kept_text());
                         self.record(round_number, RoundOutcome::Length, 0);
                         return self.finish(FinishReason::Length).await;
                     }
                     Err(e) => return Err(e.into()),
                 };
+                self.engine_ran = true;
                 self.usage.prompt_tokens = generation
                     .prompt_tokens
                     .saturating_sub(self.generated_before_round);
@@ -613,6 +640,25 @@ impl<'a> Rollout<'a> {
                 }
             }
         }
+    }
+
+    /// Whether a prompt over the context `limit` (in tokens) is so because of
+    /// spliced documents rather than the client's conversation: after a round
+    /// generated tokens (its search results came next), or when the
+    /// conversation without the question search's documents fits.
+    async fn documents_overflowed(&self, limit: usize) -> Result<bool, RolloutError> {
+        if self.usage.completion_tokens > 0 {
+            return Ok(true);
+        }
+        let Some(bare) = &self.bare_prompt else {
+            return Ok(false);
+        };
+        let mut text = match bare {
+            PromptText::Chat(turns) => self.ctx.engine.render_chat(turns).await?,
+            PromptText::Raw(text) => text.clone(),
+        };
+        text.push_str(&self.ctx.profile.assistant_prefix);
+        Ok(self.ctx.engine.count_tokens(&text).await? < limit)
     }
 
     /// Adds a record for a round that ran no search.
@@ -796,6 +842,14 @@ impl<'a> Rollout<'a> {
         if !rest.is_empty() {
             self.answer_sent.push_str(&rest);
             self.emit(RolloutEvent::Answer(rest)).await?;
+        }
+        // No round reached the engine (the client's own assistant message
+        // already held the answer): the prompt is still counted.
+        if !self.engine_ran {
+            match self.ctx.engine.count_tokens(&self.transcript).await {
+                Ok(n) => self.usage.prompt_tokens = n,
+                Err(e) => tracing::warn!("usage: counting the prompt's tokens failed: {e}"),
+            }
         }
         // What was sent is the answer.
         let answer = std::mem::take(&mut self.answer_sent);

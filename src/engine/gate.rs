@@ -51,6 +51,11 @@ impl<E: Engine> Engine for Gated<E> {
         self.inner.render_chat(messages).await
     }
 
+    /// Not gated: tokenizing is no generation.
+    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
+        self.inner.count_tokens(text).await
+    }
+
     /// Waits for a slot (dropping this future while it waits leaves no trace
     /// in the engine), then starts the inner generation; the slot is given
     /// back when the stream ends or the returned receiver is dropped.

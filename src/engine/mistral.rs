@@ -319,6 +319,10 @@ impl Engine for MistralEngine {
         .await?
     }
 
+    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
+        Ok(self.tokenize(text).await?.len())
+    }
+
     async fn generate(
         &self,
         prompt: &str,

@@ -120,6 +120,15 @@ pub trait Engine: Send + Sync {
     /// [`EngineError::Internal`] when the template fails.
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError>;
 
+    /// How many tokens `text` is as a prompt (raw text, special tokens written
+    /// out, no BOS added): what [`Generation::prompt_tokens`] would report.
+    /// Used where no generation runs (usage of an answer the client already
+    /// wrote) and to tell an over-long conversation from over-long documents.
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when the tokenizer fails.
+    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError>;
+
     /// Starts generating a continuation of `prompt` (raw text, special tokens
     /// written out, no BOS added).
     ///

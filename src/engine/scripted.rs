@@ -115,6 +115,11 @@ impl Engine for ScriptedEngine {
         Ok(out)
     }
 
+    /// Whitespace-separated words: the scripted engine's stand-in for tokens.
+    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
+        Ok(text.split_whitespace().count())
+    }
+
     async fn generate(
         &self,
         prompt: &str,

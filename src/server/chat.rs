@@ -542,9 +542,11 @@ impl Observer {
                 self.phase = "decode";
             }
             RolloutEvent::Search { .. } => self.phase = "search",
-            // The question search runs before any token.
+            // After a splice the engine runs again; the question search's
+            // splice comes before any token (its prefill is still ahead).
             RolloutEvent::Splice(_) if self.first_token => self.phase = "decode",
-            RolloutEvent::Splice(_) | RolloutEvent::Results(_) => {}
+            RolloutEvent::Splice(_) => self.phase = "before_first_token",
+            RolloutEvent::Results(_) => {}
         }
     }
 

@@ -10,6 +10,7 @@
 //! | `payload_too_large` | 413 | invalid_request_error | body over `server.max_body_bytes` |
 //! | `invalid_value` | 400 | invalid_request_error | a field has a wrong type or value (`param` names it) |
 //! | `unknown_url` | 404 | invalid_request_error | no such route |
+//! | `uri_too_long` | 414 | invalid_request_error | a connection's first request line is over 16 KiB |
 //! | `method_not_allowed` | 405 | invalid_request_error | wrong method on a route |
 //! | `model_not_found` | 404 | invalid_request_error | `model` is not the served one |
 //! | `context_length_exceeded` | 400 | invalid_request_error | prompt longer than the model's context |
@@ -55,6 +56,7 @@ error_codes! {
     PayloadTooLarge => ("payload_too_large", PAYLOAD_TOO_LARGE, "invalid_request_error");
     InvalidField => ("invalid_value", BAD_REQUEST, "invalid_request_error");
     UnknownRoute => ("unknown_url", NOT_FOUND, "invalid_request_error");
+    UriTooLong => ("uri_too_long", URI_TOO_LONG, "invalid_request_error");
     MethodNotAllowed => ("method_not_allowed", METHOD_NOT_ALLOWED, "invalid_request_error");
     ModelNotFound => ("model_not_found", NOT_FOUND, "invalid_request_error");
     ContextLengthExceeded => ("context_length_exceeded", BAD_REQUEST, "invalid_request_error");

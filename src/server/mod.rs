@@ -219,7 +219,9 @@ pub fn app(state: Arc<AppState>) -> Router {
                         path = %request.uri().path(),
                     )
                 })
-                .on_response(DefaultOnResponse::new().level(Level::INFO))
+                // Time to the headers only; `ops::track` logs the time to
+                // the end of the body (`response finished`) at INFO.
+                .on_response(DefaultOnResponse::new().level(Level::DEBUG))
                 .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
         )
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
@@ -573,19 +575,24 @@ pub async fn run(
         tokio::spawn(async move {
             // hyper-util reads the first bytes to tell HTTP/1 from HTTP/2
             // before hyper's header timer starts: a connection that sends
-            // nothing would wait there for good, so its first byte gets the
+            // nothing would wait there for good, so its first line gets the
             // same deadline (and a shutdown drops it at once).
-            if let Some(limit) = header_timeout {
-                let mut probe = [0u8; 1];
-                let arrived = tokio::select! {
-                    peeked = tokio::time::timeout(limit, stream.peek(&mut probe)) => {
-                        matches!(peeked, Ok(Ok(n)) if n > 0)
-                    }
-                    _ = stopping.wait_for(|stop| *stop) => false,
-                };
-                if !arrived {
-                    return;
+            let first_line = async {
+                match header_timeout {
+                    Some(limit) => tokio::time::timeout(limit, peek_request_line(&stream))
+                        .await
+                        .unwrap_or(FirstLine::Missing),
+                    None => peek_request_line(&stream).await,
                 }
+            };
+            let first_line = tokio::select! {
+                line = first_line => line,
+                _ = stopping.wait_for(|stop| *stop) => FirstLine::Missing,
+            };
+            match first_line {
+                FirstLine::Missing => return,
+                FirstLine::TooLong => return refuse_long_request_line(stream).await,
+                FirstLine::Fits => {}
             }
             let service = hyper_util::service::TowerToHyperService::new(router);
             let connection = builder
@@ -619,6 +626,88 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// Longest request line (`GET /path?query HTTP/1.1`) answered with a JSON
+/// error: a longer first line gets a `uri_too_long` 414 in the API's error
+/// shape. hyper itself refuses targets over 64 KiB, but with a bodyless 414,
+/// and does so for every request on a connection; seeker checks the first
+/// request of each connection (later requests on a kept-alive connection
+/// still get hyper's bodyless 414 above 64 KiB). No route takes a long URI.
+const MAX_REQUEST_LINE: usize = 16 * 1024;
+
+/// What the first bytes of a connection were.
+enum FirstLine {
+    /// Nothing arrived (the peer closed, failed, or the deadline passed).
+    Missing,
+    /// A request line shorter than [`MAX_REQUEST_LINE`] (or HTTP/2's preface).
+    Fits,
+    /// [`MAX_REQUEST_LINE`] bytes without a line end.
+    TooLong,
+}
+
+/// Waits for a connection's first line without consuming it (hyper reads it
+/// next). Data that arrives in pieces is peeked again with a growing pause
+/// (1 to 64 ms): a socket stays readable while unread bytes wait, so there is
+/// no wake-up for "more bytes".
+async fn peek_request_line(stream: &tokio::net::TcpStream) -> FirstLine {
+    let mut buf = vec![0u8; MAX_REQUEST_LINE];
+    let (mut seen, mut pause) = (0, Duration::from_millis(1));
+    loop {
+        let n = match stream.peek(&mut buf).await {
+            Ok(0) | Err(_) => return FirstLine::Missing,
+            Ok(n) => n,
+        };
+        if buf[..n].contains(&b'\n') {
+            return FirstLine::Fits;
+        }
+        if n >= MAX_REQUEST_LINE {
+            return FirstLine::TooLong;
+        }
+        if n == seen {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(64));
+        } else {
+            (seen, pause) = (n, Duration::from_millis(1));
+        }
+    }
+}
+
+/// Answers a connection whose request line is over [`MAX_REQUEST_LINE`] with
+/// a JSON `uri_too_long` 414 and closes it, after reading (for up to a
+/// second, at most 1 MiB) what the client still sends, so that the kernel
+/// does not reset the connection before the client has read the answer.
+async fn refuse_long_request_line(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = ApiError::new(
+        ErrorCode::UriTooLong,
+        format!(
+            "the request line is longer than {} KiB; send parameters in a JSON body",
+            MAX_REQUEST_LINE / 1024
+        ),
+    )
+    .to_json();
+    let response = format!(
+        "HTTP/1.1 414 URI Too Long\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nx-request-id: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len(),
+        uuid::Uuid::new_v4(),
+    );
+    if stream.write_all(response.as_bytes()).await.is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut sink = vec![0u8; 64 * 1024];
+        let mut total = 0;
+        while total < 1024 * 1024 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
 }
 
 /// Accept errors that concern one connection only (the peer gave up before

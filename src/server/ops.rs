@@ -152,13 +152,21 @@ impl<G: Unpin> http_body::Body for Guarded<G> {
     }
 }
 
-/// Counts one request in flight, and on drop its status and duration.
+/// The `status` label of a request whose client closed the connection
+/// before the response started (nginx's 499 convention).
+pub const CLIENT_CLOSED: u16 = 499;
+
+/// Counts one request in flight, and on drop its status and duration, and
+/// logs one `response finished` line with the time to the end of the body
+/// (tower-http's own line gives the time to the response headers only).
 struct RequestRecord {
     metrics: Arc<Metrics>,
     route: String,
     status: u16,
     started: Instant,
     in_flight: bool,
+    /// The request's span (`id`, `method`, `path`), for the log line.
+    span: tracing::Span,
 }
 
 impl Drop for RequestRecord {
@@ -174,6 +182,12 @@ impl Drop for RequestRecord {
             .http_request_duration
             .with_label_values(&[self.route.as_str()])
             .observe(self.started.elapsed().as_secs_f64());
+        let _in_request = self.span.enter();
+        tracing::info!(
+            status = self.status,
+            latency_ms = self.started.elapsed().as_millis() as u64,
+            "response finished"
+        );
     }
 }
 
@@ -193,9 +207,10 @@ pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: N
     let mut record = RequestRecord {
         metrics,
         route,
-        status: 0,
+        status: CLIENT_CLOSED,
         started: Instant::now(),
         in_flight,
+        span: tracing::Span::current(),
     };
     let response = next.run(request).await;
     record.status = response.status().as_u16();

@@ -652,6 +652,86 @@ async fn a_client_leaving_before_the_first_token_cancels_generation() {
     assert_eq!(server.disconnects("decode"), 0);
 }
 
+/// A prefetch policy's question search comes before any token: a client that
+/// leaves after its splice, while the engine prefills, left before the first
+/// token (before, the phase stayed `search`).
+#[tokio::test]
+async fn a_client_leaving_after_the_question_search_left_before_the_first_token() {
+    let engine = ScriptedEngine::new(vec![vec!["<answer> x </answer>".to_string()]])
+        .with_delay(Duration::from_secs(30));
+    let server = Server::simple(engine, ServerConfig::default()).await;
+    let mut body = chat(true);
+    body["policy"] = json!("search-r1-prefetch");
+    let response = post(&server.url, &body).await;
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    while !text.contains("\"type\":\"splice\"") {
+        let chunk = stream.next().await.expect("a splice event").unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    drop(stream);
+    assert_cancelled(&server, "before_first_token").await;
+    assert_eq!(server.disconnects("search"), 0);
+}
+
+/// A non-streamed request whose client leaves before the response is counted
+/// with status 499 (before: `status="0"`).
+#[tokio::test]
+async fn a_request_abandoned_before_its_response_is_counted_as_499() {
+    let engine = ScriptedEngine::new(vec![vec!["<answer> x </answer>".to_string()]])
+        .with_delay(Duration::from_secs(30));
+    let server = Server::simple(engine, ServerConfig::default()).await;
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(300), post(&server.url, &chat(false))).await;
+    assert!(abandoned.is_err(), "the engine is slow: no response yet");
+    let counted = |status: &str| {
+        server
+            .state
+            .metrics
+            .http_requests
+            .with_label_values(&["/v1/chat/completions", status])
+            .get()
+    };
+    let took = Server::within(Duration::from_secs(2), || counted("499") == 1).await;
+    assert!(took.is_some(), "499 count {}", counted("499"));
+    assert_eq!(counted("0"), 0);
+}
+
+/// A request line over 16 KiB gets a 414 in the API's JSON error shape (before:
+/// hyper's bodyless 414 for targets over 64 KiB); a request line that arrives
+/// in pieces is still served.
+#[tokio::test]
+async fn a_long_request_line_gets_a_json_414_and_a_split_one_is_served() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::simple(ScriptedEngine::new(script()), ServerConfig::default()).await;
+    let address = server.url.strip_prefix("http://").unwrap().to_string();
+
+    let mut long = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let target = format!("/v1/models/{}", "a".repeat(70_000));
+    long.write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let answer = read_until(&mut long, "}}").await;
+    assert!(answer.starts_with("HTTP/1.1 414"), "{answer}");
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains("content-type: application/json"), "{head}");
+    assert!(head.contains("x-request-id: "), "{head}");
+    let body: Value = serde_json::from_str(body).unwrap();
+    assert_eq!(body["error"]["code"], "uri_too_long");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+
+    let mut split = tokio::net::TcpStream::connect(&address).await.unwrap();
+    split.write_all(b"GET /hea").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    split
+        .write_all(b"lth HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_until(&mut split, "\"ok\"").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
 #[tokio::test]
 async fn a_client_leaving_during_decoding_cancels_generation() {
     let engine = ScriptedEngine::new(long_reasoning(1000)).with_delay(Duration::from_millis(20));

@@ -308,6 +308,72 @@ async fn documents_that_fill_the_context_end_the_answer_with_length() {
 }
 
 #[tokio::test]
+async fn question_search_documents_that_fill_the_context_end_with_length() {
+    // The question alone is ~40 words (the scripted engine's tokens); its
+    // document is 500: the prompt overflows because of the documents.
+    let long = "word ".repeat(500);
+    let backend = StaticBackend::with(&[(
+        "Who painted the Mona Lisa?",
+        vec![doc("7", "Mona Lisa", &long)],
+    )]);
+    for first in [QuestionSearch::User, QuestionSearch::Assistant] {
+        let mut prefetch = profile("search-r1-prefetch");
+        prefetch.search_question_first = first;
+        let engine = ScriptedEngine::new([vec!["never"]]).with_context_limit(400);
+        let ctx = context(&engine, Arc::clone(&backend), prefetch);
+        let (result, events) = collect(&ctx, &request("Who painted the Mona Lisa", 64)).await;
+        let outcome = result.unwrap_or_else(|e| panic!("{first:?}: {e:?}"));
+        assert_eq!(outcome.finish_reason, FinishReason::Length, "{first:?}");
+        assert_eq!(outcome.usage.completion_tokens, 0);
+        assert!(outcome.usage.prompt_tokens >= 400, "{:?}", outcome.usage);
+        assert_eq!(outcome.documents.len(), 1);
+        assert!(engine.prompts().is_empty(), "nothing reached the engine");
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, RolloutEvent::Search { round: 0, .. })));
+    }
+
+    // A conversation that does not fit even without the documents is the
+    // client's error.
+    let mut prefetch = profile("search-r1-prefetch");
+    prefetch.search_question_first = QuestionSearch::User;
+    let engine = ScriptedEngine::new([vec!["never"]]).with_context_limit(20);
+    let ctx = context(&engine, backend, prefetch);
+    let (result, _) = collect(&ctx, &request("Who painted the Mona Lisa", 64)).await;
+    assert!(
+        matches!(
+            result,
+            Err(RolloutError::Engine(EngineError::ContextLength { .. }))
+        ),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_already_in_the_continued_message_still_counts_its_prompt() {
+    let engine = ScriptedEngine::new([vec!["never"]]);
+    let ctx = context(&engine, StaticBackend::with(&[]), profile("search-r1"));
+    let mut req = request("Who painted the Mona Lisa?", 64);
+    req.continue_final_message = true;
+    req.messages.push(ChatTurn {
+        role: Role::Assistant,
+        content: "<answer> Leonardo </answer>".into(),
+    });
+    let (result, _) = collect(&ctx, &req).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "Leonardo");
+    assert!(engine.prompts().is_empty(), "no round reached the engine");
+    assert_eq!(outcome.usage.completion_tokens, 0);
+    // The scripted engine counts whitespace-separated words.
+    let whole = format!("{}{}", outcome.prompt, outcome.transcript);
+    assert_eq!(
+        outcome.usage.prompt_tokens,
+        whole.split_whitespace().count()
+    );
+    assert!(outcome.usage.prompt_tokens > 10);
+}
+
+#[tokio::test]
 async fn a_request_top_k_overrides_the_profiles() {
     let engine = ScriptedEngine::new([
         vec!["<search> Mona Lisa painter </search>"],
