@@ -148,3 +148,28 @@ async fn control_tokens_in_messages_reach_the_model_defused() {
     );
     assert!(!transcript.contains("<|im_"), "{transcript}");
 }
+
+/// An answer already closed in the assistant message to continue needs no
+/// round of the engine; its usage still counts the prompt, with the real
+/// tokenizer (before: every count 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_counts_the_prompt_when_the_continued_message_holds_the_answer() {
+    let (_tmp, _server, client, url) = ready_server().await;
+    let body = json!({"max_tokens": 8, "continue_final_message": true, "policy": "search-r1",
+        "messages": [
+            {"role": "user", "content": "Who painted the Mona Lisa?"},
+            {"role": "assistant", "content": "<answer> Leonardo da Vinci </answer>"}]});
+    let response = client.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(
+        answer["choices"][0]["message"]["content"],
+        "Leonardo da Vinci"
+    );
+    let usage = &answer["usage"];
+    assert_eq!(usage["completion_tokens"], 0, "{usage}");
+    // The chat template and the question alone are dozens of tokens.
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt > 20, "{usage}");
+    assert_eq!(usage["total_tokens"].as_u64(), Some(prompt));
+}
