@@ -31,5 +31,6 @@ pub mod rollout;
 pub mod scanner;
 pub mod search;
 pub mod server;
+pub mod startup;
 pub mod tempfiles;
 pub mod template;

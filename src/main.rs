@@ -228,7 +228,7 @@ fn cmd_serve(config: Option<&Path>, host: Option<String>, port: Option<u16>) -> 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    let result = runtime.block_on(seeker::server::serve(config));
+    let result = runtime.block_on(seeker::startup::serve(config));
     // Dropping a runtime waits for its blocking threads; a model load that a
     // signal interrupted may still be preparing or reading weights there (not
     // interruptible), so leave them to the process exit instead.

@@ -108,6 +108,16 @@ pub enum FinishReason {
     Length,
 }
 
+impl FinishReason {
+    /// OpenAI's `finish_reason` string: `stop` or `length`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+        }
+    }
+}
+
 /// Token counts of a rollout.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RolloutUsage {

@@ -27,6 +27,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use crate::engine::EngineError;
+use crate::rollout::RolloutError;
+
 /// Defines [`ErrorCode`] with one row per error: code, HTTP status, OpenAI type.
 macro_rules! error_codes {
     ($($variant:ident => ($code:literal, $status:ident, $kind:literal);)+) => {
@@ -140,6 +143,32 @@ impl IntoResponse for ApiError {
             self.to_json(),
         )
             .into_response()
+    }
+}
+
+/// A rollout that failed, as the client's error: the context length and the
+/// request's own mistakes are 400s naming the field; anything else is a 500
+/// `engine_error` whose cause goes to the log only.
+impl From<RolloutError> for ApiError {
+    fn from(e: RolloutError) -> Self {
+        match e {
+            RolloutError::Engine(EngineError::ContextLength { .. }) => ApiError {
+                code: ErrorCode::ContextLengthExceeded,
+                message: format!("{e}; shorten the messages"),
+                param: Some("messages".into()),
+            },
+            RolloutError::NoQuestion => ApiError::invalid_field("messages", e.to_string()),
+            RolloutError::NothingToContinue => {
+                ApiError::invalid_field("continue_final_message", e.to_string())
+            }
+            other => {
+                tracing::error!(error = %other, "rollout failed");
+                ApiError::new(
+                    ErrorCode::EngineFailure,
+                    "the engine failed while generating; see the server log",
+                )
+            }
+        }
     }
 }
 

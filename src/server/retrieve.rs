@@ -11,16 +11,14 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
-use super::chat::{body_bytes, parse, require_json, MAX_TOP_K};
 use super::error::{ApiError, ErrorBody};
+use super::json::{ApiJson, RequestBody};
+use super::validate::MAX_TOP_K;
 use super::AppState;
 use crate::search::retriever::{RetrieveRequest, RetrievedItem, WireDocument};
 
@@ -30,6 +28,8 @@ pub const DEFAULT_TOPK: usize = 3;
 
 /// Queries one request may carry.
 pub const MAX_QUERIES: usize = 64;
+
+impl RequestBody for RetrieveRequest {}
 
 /// `POST /retrieve` response: Search-R1's `result`, plus `errors` when a
 /// query failed.
@@ -56,18 +56,10 @@ pub struct RetrieveResponseBody {
         (status = 429, description = "Too many requests running",
             headers(("Retry-After" = u64, description = "Seconds to wait")), body = ErrorBody),
     ))]
-pub async fn retrieve(
+pub(crate) async fn retrieve(
     State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    ApiJson(request): ApiJson<RetrieveRequest>,
 ) -> Response {
-    let request: RetrieveRequest = match require_json(&headers)
-        .and_then(|()| body_bytes(body, state.ops.max_body_bytes))
-        .and_then(|b| parse(&b))
-    {
-        Ok(r) => r,
-        Err(e) => return e.into_response(),
-    };
     if request.queries.len() > MAX_QUERIES {
         return ApiError::invalid_field("queries", format!("at most {MAX_QUERIES} queries"))
             .into_response();

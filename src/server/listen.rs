@@ -1,0 +1,223 @@
+//! The listener: seeker's own accept loop over hyper-util (header and
+//! first-line deadlines, a JSON 414 for over-long request lines, graceful
+//! shutdown), serving [`super::app`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::error::{ApiError, ErrorCode};
+use super::{app, AppState};
+
+/// How long connections may take to close after the grace period ended the
+/// requests still running (their streams send a last error event and
+/// `[DONE]`); a connection still open then (half-sent headers or body) is
+/// not waited for.
+const AFTER_GRACE: Duration = Duration::from_secs(1);
+
+/// Serves `app(state)` on `listener` until `shutdown` resolves; then refuses
+/// new connections, lets open requests run for `grace`, ends the ones still
+/// running (streams get a `server_shutting_down` error event and `[DONE]`,
+/// others a 503), and returns once every connection has closed, or at the
+/// latest a second after that (a client that sent half its headers or body
+/// is not waited for).
+///
+/// Each connection (HTTP/1.1, or HTTP/2 with prior knowledge) gets
+/// `server.header_timeout_s` to send a request's headers, on a new
+/// connection and between requests on a kept-alive one: a client that
+/// connects and sends nothing, or trickles its headers, or idles, is closed
+/// then. (axum's own `serve` runs hyper without a timer, so with no such
+/// timeout: idle connections piled up until the process ran out of file
+/// descriptors — seeker issue 18.)
+///
+/// # Errors
+/// None today: accept errors are logged and retried (a full descriptor
+/// table is waited out, not fatal).
+pub async fn run(
+    listener: tokio::net::TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto;
+
+    let header_timeout = state.ops.header_timeout;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
+    let ending = Arc::clone(&state);
+    let router = app(state);
+    let connections = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let stream = match accepted {
+            Ok((stream, _peer)) => stream,
+            Err(e) if is_per_connection(&e) => continue,
+            Err(e) => {
+                // EMFILE/ENFILE and the like: wait for descriptors to free up.
+                tracing::error!(error = %e, "accepting a connection failed; retrying in 100 ms");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        // Taken now, before a shutdown can start: it then waits for this one.
+        let watcher = connections.watcher();
+        let (builder, router, mut stopping) =
+            (builder.clone(), router.clone(), stopping_rx.clone());
+        tokio::spawn(async move {
+            // hyper-util reads the first bytes to tell HTTP/1 from HTTP/2
+            // before hyper's header timer starts: a connection that sends
+            // nothing would wait there for good, so its first line gets the
+            // same deadline (and a shutdown drops it at once).
+            let first_line = async {
+                match header_timeout {
+                    Some(limit) => tokio::time::timeout(limit, peek_request_line(&stream))
+                        .await
+                        .unwrap_or(FirstLine::Missing),
+                    None => peek_request_line(&stream).await,
+                }
+            };
+            let first_line = tokio::select! {
+                line = first_line => line,
+                _ = stopping.wait_for(|stop| *stop) => FirstLine::Missing,
+            };
+            match first_line {
+                FirstLine::Missing => return,
+                FirstLine::TooLong => return refuse_long_request_line(stream).await,
+                FirstLine::Fits => {}
+            }
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(connection).await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    stopping.send_replace(true);
+    tracing::info!(
+        grace_s = grace.as_secs_f64(),
+        "shutting down: refusing new connections, letting open requests finish"
+    );
+    let closed = connections.shutdown();
+    let grace_over = async {
+        tokio::time::sleep(grace).await;
+        tracing::info!("grace period over: ending the requests still running");
+        ending.ops.end_running_requests();
+        tokio::time::sleep(AFTER_GRACE).await;
+    };
+    tokio::select! {
+        () = closed => {}
+        () = grace_over => {
+            // A client that sent half its headers or body keeps its
+            // connection open until `header_timeout_s`/`body_timeout_s`:
+            // the server does not wait for it.
+            tracing::warn!("connections still open after the grace period; not waiting for them");
+        }
+    }
+    Ok(())
+}
+
+/// Longest request line (`GET /path?query HTTP/1.1`) answered with a JSON
+/// error: a longer first line gets a `uri_too_long` 414 in the API's error
+/// shape. hyper itself refuses targets over 64 KiB, but with a bodyless 414,
+/// and does so for every request on a connection; seeker checks the first
+/// request of each connection (later requests on a kept-alive connection
+/// still get hyper's bodyless 414 above 64 KiB). No route takes a long URI.
+const MAX_REQUEST_LINE: usize = 16 * 1024;
+
+/// What the first bytes of a connection were.
+enum FirstLine {
+    /// Nothing arrived (the peer closed, failed, or the deadline passed).
+    Missing,
+    /// A request line shorter than [`MAX_REQUEST_LINE`] (or HTTP/2's preface).
+    Fits,
+    /// [`MAX_REQUEST_LINE`] bytes without a line end.
+    TooLong,
+}
+
+/// Waits for a connection's first line without consuming it (hyper reads it
+/// next). Data that arrives in pieces is peeked again with a growing pause
+/// (1 to 64 ms): a socket stays readable while unread bytes wait, so there is
+/// no wake-up for "more bytes".
+async fn peek_request_line(stream: &tokio::net::TcpStream) -> FirstLine {
+    let mut buf = vec![0u8; MAX_REQUEST_LINE];
+    let (mut seen, mut pause) = (0, Duration::from_millis(1));
+    loop {
+        let n = match stream.peek(&mut buf).await {
+            Ok(0) | Err(_) => return FirstLine::Missing,
+            Ok(n) => n,
+        };
+        if buf[..n].contains(&b'\n') {
+            return FirstLine::Fits;
+        }
+        if n >= MAX_REQUEST_LINE {
+            return FirstLine::TooLong;
+        }
+        if n == seen {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(64));
+        } else {
+            (seen, pause) = (n, Duration::from_millis(1));
+        }
+    }
+}
+
+/// Answers a connection whose request line is over [`MAX_REQUEST_LINE`] with
+/// a JSON `uri_too_long` 414 and closes it, after reading (for up to a
+/// second, at most 1 MiB) what the client still sends, so that the kernel
+/// does not reset the connection before the client has read the answer.
+async fn refuse_long_request_line(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = ApiError::new(
+        ErrorCode::UriTooLong,
+        format!(
+            "the request line is longer than {} KiB; send parameters in a JSON body",
+            MAX_REQUEST_LINE / 1024
+        ),
+    )
+    .to_json();
+    let response = format!(
+        "HTTP/1.1 414 URI Too Long\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nx-request-id: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len(),
+        uuid::Uuid::new_v4(),
+    );
+    if stream.write_all(response.as_bytes()).await.is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let drain = async {
+        let mut sink = vec![0u8; 64 * 1024];
+        let mut total = 0;
+        while total < 1024 * 1024 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), drain).await;
+}
+
+/// Accept errors that concern one connection only (the peer gave up before
+/// it was accepted): the next accept goes on at once.
+fn is_per_connection(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}

@@ -1,0 +1,115 @@
+//! The state every handler shares: the engine (set once the model has
+//! loaded), the search dispatcher, the policy profiles, the served model id,
+//! generation defaults, metrics and the operational settings.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use super::openai::ModelObject;
+use super::ops;
+use crate::config::GenerationConfig;
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+use crate::profile::Profile;
+use crate::search::dispatch::Dispatcher;
+
+/// Shared state of all handlers.
+pub struct AppState {
+    /// Set once the model has loaded; `None` until then (`/health` is 503).
+    engine: OnceLock<Arc<dyn Engine>>,
+    /// Every configured search backend, behind one dispatcher.
+    pub search: Arc<Dispatcher>,
+    /// Every loaded policy profile, by name.
+    pub profiles: BTreeMap<String, Arc<Profile>>,
+    /// The profile used when a request names none.
+    pub default_policy: String,
+    /// The served model id (`/v1/models`).
+    pub model_id: String,
+    pub generation: GenerationConfig,
+    /// Every metric (`GET /metrics`): the dispatcher's registry, one per
+    /// server (search metrics are recorded by the dispatcher itself).
+    pub metrics: Arc<Metrics>,
+    /// API keys, limits, deadline and the shutdown signal.
+    pub ops: ops::Ops,
+    /// Browser origins allowed by CORS; empty = no CORS headers.
+    pub(crate) cors_origins: Vec<String>,
+    started: u64,
+}
+
+impl AppState {
+    /// State whose engine is set later with [`AppState::set_engine`].
+    ///
+    /// # Panics
+    /// When `default_policy` is not in `profiles` (checked at startup).
+    pub fn new(
+        model_id: String,
+        search: Arc<Dispatcher>,
+        profiles: BTreeMap<String, Profile>,
+        default_policy: String,
+        generation: GenerationConfig,
+    ) -> Self {
+        assert!(
+            profiles.contains_key(&default_policy),
+            "default policy {default_policy:?} is not loaded"
+        );
+        let metrics = Arc::clone(search.metrics());
+        Self {
+            engine: OnceLock::new(),
+            metrics,
+            ops: ops::Ops::default(),
+            cors_origins: Vec::new(),
+            search,
+            profiles: profiles
+                .into_iter()
+                .map(|(name, p)| (name, Arc::new(p)))
+                .collect(),
+            default_policy,
+            model_id,
+            generation,
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// With the `[server]` settings (keys, limits, deadline, CORS) instead of
+    /// the defaults; `keys` are the accepted API keys.
+    pub fn with_server_config(
+        mut self,
+        config: &crate::config::ServerConfig,
+        keys: &[String],
+    ) -> Self {
+        self.ops = ops::Ops::new(config, keys);
+        self.cors_origins = config.cors_origins.clone();
+        self
+    }
+
+    /// Marks the model as loaded. A second call is ignored.
+    pub fn set_engine(&self, engine: Arc<dyn Engine>) {
+        let _ = self.engine.set(engine);
+    }
+
+    /// The profile named `name`, or the default one.
+    pub fn profile(&self, name: Option<&str>) -> Option<Arc<Profile>> {
+        self.profiles
+            .get(name.unwrap_or(&self.default_policy))
+            .cloned()
+    }
+
+    /// The engine, once loaded.
+    pub fn engine(&self) -> Option<Arc<dyn Engine>> {
+        self.engine.get().cloned()
+    }
+
+    /// The served model as `/v1/models` lists it.
+    pub(crate) fn model_object(&self) -> ModelObject {
+        ModelObject {
+            id: self.model_id.clone(),
+            object: "model".into(),
+            created: self.started,
+            owned_by: "seeker".into(),
+            policy: self.default_policy.clone(),
+            policies: self.profiles.keys().cloned().collect(),
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! The composition root: turns a [`Config`] into a running server — the
+//! profiles, the search dispatcher (whose metrics registry is the server's),
+//! the HTTP state and listener, and the embedded engine, loaded in the
+//! background — and owns the process's signals. Nothing else in the crate
+//! names a concrete engine or reads the environment for the server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::engine::mistral::{MistralConfig, MistralEngine};
+use crate::profile::Profile;
+use crate::server::{run, AppState};
+
+/// The server's shared state from `config`: profiles (the default one must
+/// exist), the search dispatcher over every configured backend, API keys
+/// read through `env`, limits. The engine is set later
+/// ([`AppState::set_engine`]).
+///
+/// # Errors
+/// Unreadable or invalid profiles, an unknown default policy, a search
+/// backend that cannot start (a missing index).
+pub fn app_state(
+    config: &Config,
+    env: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<AppState> {
+    let profiles = Profile::load_dir(&config.policy.dir)?;
+    if !profiles.contains_key(&config.policy.default) {
+        anyhow::bail!(
+            "policy.default = {:?} is not a profile in {} (have: {})",
+            config.policy.default,
+            config.policy.dir.display(),
+            profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let search = crate::search::dispatcher_from_config(&config.search, &env)?;
+    tracing::info!(
+        backends = %search.backend_names().join(", "),
+        default = search.default_backend(),
+        policy = %config.policy.default,
+        "search ready"
+    );
+    let keys = config.server.keys(&env);
+    tracing::info!(
+        api_keys = keys.len(),
+        cors = %config.server.cors_origins.join(", "),
+        max_concurrent_requests = config.server.max_concurrent_requests,
+        request_timeout_s = config.server.request_timeout_s,
+        "server settings"
+    );
+    Ok(AppState::new(
+        config.model.id.clone(),
+        Arc::new(search),
+        profiles,
+        config.policy.default.clone(),
+        config.generation.clone(),
+    )
+    .with_server_config(&config.server, &keys))
+}
+
+/// Starts the server from `config`: opens the index and profiles (failing fast),
+/// binds, prints `seeker listening on http://ADDR` to stdout, loads the model in
+/// the background (`/health` is 503 until it is ready, every connection is
+/// served meanwhile) and serves until SIGINT or SIGTERM. A signal during the
+/// model load returns at once; one while serving starts the graceful shutdown
+/// of [`run`], and a second one returns without waiting for open requests.
+///
+/// # Errors
+/// Missing index or profile, bind failure, model load failure.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let state = Arc::new(app_state(&config, |var| std::env::var(var).ok())?);
+    // Fail before listening when the model file is missing, not after.
+    anyhow::ensure!(
+        config.model.gguf.is_file(),
+        "model.gguf = {} is not a file (run scripts/fetch-defaults.sh, or set \
+         SEEKER_MODEL__GGUF)",
+        config.model.gguf.display()
+    );
+    let gguf = config.model.gguf.clone();
+    tokio::task::spawn_blocking(move || crate::engine::prepare::check_gguf(&gguf))
+        .await?
+        .map_err(|e| e.context("model.gguf is not a usable model"))?;
+
+    let listener = tokio::net::TcpListener::bind((config.server.host.as_str(), config.server.port))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {}:{}: {e}",
+                config.server.host,
+                config.server.port
+            )
+        })?;
+    let addr: SocketAddr = listener.local_addr()?;
+    // Caught before anyone can know the address: a signal from a supervisor
+    // that saw the line below is always handled as a shutdown.
+    let mut signals = Signals::new()?;
+    println!("seeker listening on http://{addr}");
+
+    let mistral = MistralConfig {
+        model_id: config.model.id.clone(),
+        gguf: config.model.gguf.clone(),
+        dtype: config.model.dtype,
+        max_num_seqs: config.model.max_num_seqs,
+        weights: config.model.weights,
+        prefix_cache: config.model.prefix_cache,
+    };
+    // Three independent pieces, none polled inside another (seeker issue 12):
+    // the HTTP server and the model load are tasks of their own on the
+    // runtime's workers, and this function only watches them and the signals.
+    // Before, the accept loop and the load were polled together in one
+    // `select!` on the `block_on` thread, and mistral.rs's warm-up run, which
+    // parks that thread with a nested blocking wait, could swallow the accept
+    // loop's wake-up for good (see `engine::mistral::build_off_runtime`).
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let grace = Duration::from_secs(config.server.shutdown_grace_s);
+    let mut server = tokio::spawn(run(
+        listener,
+        Arc::clone(&state),
+        async move {
+            let _ = server_stopped.await;
+        },
+        grace,
+    ));
+    let (gguf, weights) = (mistral.gguf.clone(), mistral.weights);
+    let mut load = tokio::spawn(load_engine(mistral, Arc::clone(&state)));
+
+    // Until the model is loaded (or fails to): a signal stops the server at
+    // once, without waiting for the load (weight preparation and loading are
+    // not interruptible: the process exits under them, and a half-written
+    // weight copy is removed here, or swept on the next start after a kill).
+    tokio::select! {
+        () = signals.recv() => {
+            tracing::info!("signal received while the model loads: stopping");
+            let _ = stop_server.send(());
+            load.abort();
+            crate::engine::prepare::discard_own_partial(&gguf, weights);
+            // Nothing but `/health`-style answers runs before the model is
+            // loaded: a connection still open after a moment (a client that
+            // sent half its headers or body) is not waited for.
+            return match tokio::time::timeout(LOADING_SHUTDOWN, finish_server(server, signals)).await {
+                Ok(ended) => ended,
+                Err(_) => {
+                    tracing::warn!("connections still open; exiting without them");
+                    Ok(())
+                }
+            };
+        }
+        loaded = &mut load => {
+            let failure = match loaded {
+                Ok(Ok(())) => None,
+                // `EngineError::Load` says "model load failed: …" itself.
+                Ok(Err(e)) => Some(anyhow::Error::new(e)),
+                Err(e) => Some(anyhow::anyhow!("model load task failed: {e}")),
+            };
+            if let Some(e) = failure {
+                let _ = stop_server.send(());
+                server.abort();
+                return Err(e);
+            }
+        }
+        ended = &mut server => return server_result(ended),
+    }
+    tokio::select! {
+        () = signals.recv() => {
+            let _ = stop_server.send(());
+            finish_server(server, signals).await
+        }
+        ended = &mut server => server_result(ended),
+    }
+}
+
+/// How long a signal during the model load waits for open connections.
+const LOADING_SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// Loads the embedded model and hands it to `state` (`/health` turns 200).
+async fn load_engine(
+    mistral: MistralConfig,
+    state: Arc<AppState>,
+) -> Result<(), crate::engine::EngineError> {
+    let started = std::time::Instant::now();
+    let engine = MistralEngine::load(&mistral).await?;
+    tracing::info!(
+        model = %mistral.gguf.display(),
+        dtype = ?mistral.dtype,
+        context = ?engine.max_seq_len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "model loaded"
+    );
+    state.set_engine(Arc::new(crate::engine::gate::Gated::new(
+        engine,
+        mistral.max_num_seqs,
+    )));
+    Ok(())
+}
+
+/// Waits for the server task after it was told to stop (graceful shutdown:
+/// open requests get `shutdown_grace_s`); a second signal ends the wait at once.
+async fn finish_server(
+    mut server: tokio::task::JoinHandle<std::io::Result<()>>,
+    mut signals: Signals,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        ended = &mut server => server_result(ended),
+        () = signals.recv() => {
+            tracing::warn!("second signal: exiting without waiting for open requests");
+            server.abort();
+            Ok(())
+        }
+    }
+}
+
+fn server_result(ended: Result<std::io::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+    match ended {
+        Ok(result) => Ok(result?),
+        Err(e) => Err(anyhow::anyhow!("server task failed: {e}")),
+    }
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, caught from the moment this is created: from
+/// then on they no longer end the process by their default action but are
+/// reported by [`Signals::recv`], so create it before telling anyone the
+/// server listens.
+struct Signals {
+    #[cfg(unix)]
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Self {
+                interrupt: signal(SignalKind::interrupt())?,
+                terminate: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Self {})
+    }
+
+    /// The next SIGINT or SIGTERM (Ctrl-C elsewhere).
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.interrupt.recv() => {},
+            _ = self.terminate.recv() => {},
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
