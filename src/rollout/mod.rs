@@ -28,6 +28,8 @@
 //! results, and answer deltas. When the receiver is dropped the rollout stops, which drops the
 //! engine stream and cancels generation.
 
+mod answer;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -43,6 +45,7 @@ use crate::profile::{
 use crate::scanner::{Region, RoundEnd, ScanEvent, TagScanner};
 use crate::search::dispatch::{Dispatcher, QueryResult};
 use crate::search::Document;
+use answer::{AnswerStripper, StopFilter};
 
 /// What a rollout needs: the engine, the search dispatcher and the policy profile.
 #[derive(Clone)]
@@ -219,96 +222,17 @@ pub enum RolloutError {
     Cancelled,
 }
 
-/// Strips the answer while streaming it: leading whitespace is dropped and
-/// trailing whitespace is held until more text follows, so the concatenated
-/// output equals `content.trim()`.
-#[derive(Default)]
-struct AnswerStripper {
-    started: bool,
-    held: String,
-}
-
-impl AnswerStripper {
-    fn push(&mut self, text: &str) -> Option<String> {
-        let text = if self.started {
-            text
-        } else {
-            text.trim_start()
-        };
-        if text.is_empty() {
-            return None;
-        }
-        self.started = true;
-        self.held.push_str(text);
-        let keep = self.held.trim_end().len();
-        if keep == 0 {
-            return None;
-        }
-        Some(self.held.drain(..keep).collect())
-    }
-}
-
-/// Cuts the answer at the first stop string. Text that could be the start of
-/// a stop string is held back until the next piece shows whether it is, so a
-/// stop string split across tokens is still caught and never half-sent.
-#[derive(Default)]
-struct StopFilter {
-    stops: Vec<String>,
-    held: String,
-    stopped: bool,
-}
-
-impl StopFilter {
-    fn new(stops: &[String]) -> Self {
-        Self {
-            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
-            ..Self::default()
-        }
-    }
-
-    /// The part of `text` (after what was held) that can be sent now; once a
-    /// stop string has appeared, nothing more.
-    fn push(&mut self, text: &str) -> String {
-        if self.stopped {
-            return String::new();
-        }
-        if self.stops.is_empty() {
-            return text.to_string();
-        }
-        self.held.push_str(text);
-        if let Some(at) = self
-            .stops
-            .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
-        {
-            self.stopped = true;
-            self.held.truncate(at);
-            return std::mem::take(&mut self.held);
-        }
-        let hold = self
-            .stops
-            .iter()
-            .map(|s| partial_overlap(&self.held, s))
-            .max()
-            .unwrap_or(0);
-        self.held.drain(..self.held.len() - hold).collect()
-    }
-
-    /// What was held back, at the end of the answer.
-    fn flush(&mut self) -> String {
-        std::mem::take(&mut self.held)
-    }
-}
-
-/// Length of the longest proper prefix of `stop` that `text` ends with. The
-/// cut it implies is a char boundary of `text`: equal bytes starting where
-/// `stop` starts begin a character.
-fn partial_overlap(text: &str, stop: &str) -> usize {
-    (1..stop.len())
-        .rev()
-        .find(|&k| text.as_bytes().ends_with(&stop.as_bytes()[..k]))
-        .unwrap_or(0)
+/// How a round ended, for [`Rollout::end_round`].
+struct RoundEnded {
+    /// From 1.
+    number: usize,
+    /// The closing tag (or open answer) the scanner ended the round at;
+    /// `None` when the engine stopped by itself.
+    end: Option<RoundEnd>,
+    /// Why the engine stopped, when it did.
+    engine_finish: Option<EngineFinish>,
+    /// Tokens the engine generated this round.
+    tokens: usize,
 }
 
 /// Runs one rollout to the end, sending events on `events`.
@@ -582,72 +506,98 @@ impl<'a> Rollout<'a> {
             }
 
             let kept = scanner.kept_text().to_string();
-            if self.stop.stopped {
-                // A stop string ended the answer.
-                self.transcript.push_str(&kept);
-                self.record(round_number, RoundOutcome::Answer, round_tokens);
-                return self.finish(FinishReason::Stop).await;
+            let ended = RoundEnded {
+                number: round_number,
+                end,
+                engine_finish,
+                tokens: round_tokens,
+            };
+            if let Some(reason) = self.end_round(ended, &kept).await? {
+                return self.finish(reason).await;
             }
-            match end {
-                Some(RoundEnd::Query(raw)) if !self.answer.started => {
-                    self.transcript
-                        .push_str(&profile.round_text(&kept, &profile.query_close));
-                    if self.calls >= profile.max_searches {
-                        // The round cap: this final round's search call is not run.
-                        self.record(round_number, RoundOutcome::Search, round_tokens);
-                        return self.finish(FinishReason::Length).await;
-                    }
-                    self.calls += 1;
-                    let cleaned = profile.clean_queries(&raw);
-                    if cleaned.queries.is_empty() {
-                        self.record(round_number, RoundOutcome::NoQuery, round_tokens);
-                        if profile.no_query.is_empty() {
-                            return self.finish(FinishReason::Stop).await;
-                        }
-                        self.splice(profile.no_query.clone()).await?;
-                    } else {
-                        let splice = self
-                            .search(round_number, cleaned.queries, cleaned.notes)
-                            .await?;
-                        self.searches += 1;
-                        if let Some(last) = self.rounds.last_mut() {
-                            last.tokens_generated = round_tokens;
-                        }
-                        self.splice(splice).await?;
-                    }
-                    if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop
-                    {
-                        return self.finish(FinishReason::Length).await;
-                    }
+        }
+    }
+
+    /// What the round's end means: records the round, keeps its text in the
+    /// transcript, runs its search call and splices the documents (or the
+    /// profile's text for no query or an invalid action). `Some(reason)`
+    /// ends the rollout; `None` continues with the next round.
+    async fn end_round(
+        &mut self,
+        round: RoundEnded,
+        kept: &str,
+    ) -> Result<Option<FinishReason>, RolloutError> {
+        let profile = Arc::clone(&self.ctx.profile);
+        let RoundEnded {
+            number,
+            end,
+            engine_finish,
+            tokens,
+        } = round;
+        if self.stop.stopped {
+            // A stop string ended the answer.
+            self.transcript.push_str(kept);
+            self.record(number, RoundOutcome::Answer, tokens);
+            return Ok(Some(FinishReason::Stop));
+        }
+        match end {
+            Some(RoundEnd::Query(raw)) if !self.answer.started => {
+                self.transcript
+                    .push_str(&profile.round_text(kept, &profile.query_close));
+                if self.calls >= profile.max_searches {
+                    // The round cap: this final round's search call is not run.
+                    self.record(number, RoundOutcome::Search, tokens);
+                    return Ok(Some(FinishReason::Length));
                 }
-                Some(RoundEnd::Answer(_)) | Some(RoundEnd::Query(_)) => {
-                    // An answer, or a search call after answer text was already
-                    // streamed: the answer stands.
-                    self.transcript.push_str(&kept);
-                    self.record(round_number, RoundOutcome::Answer, round_tokens);
-                    return self.finish(FinishReason::Stop).await;
-                }
-                Some(RoundEnd::Unmatched(_)) | Some(RoundEnd::DocumentsOpened) => {
-                    self.transcript.push_str(&kept);
-                    self.record(round_number, RoundOutcome::InvalidAction, round_tokens);
-                    if profile.invalid_action.is_empty()
-                        || self.answer.started
-                        || self.calls >= profile.max_searches
-                    {
-                        return self.finish(FinishReason::Stop).await;
+                self.calls += 1;
+                let cleaned = profile.clean_queries(&raw);
+                if cleaned.queries.is_empty() {
+                    self.record(number, RoundOutcome::NoQuery, tokens);
+                    if profile.no_query.is_empty() {
+                        return Ok(Some(FinishReason::Stop));
                     }
-                    self.calls += 1;
-                    self.splice(profile.invalid_action.clone()).await?;
+                    self.splice(profile.no_query.clone()).await?;
+                } else {
+                    let splice = self.search(number, cleaned.queries, cleaned.notes).await?;
+                    self.searches += 1;
+                    if let Some(last) = self.rounds.last_mut() {
+                        last.tokens_generated = tokens;
+                    }
+                    self.splice(splice).await?;
                 }
-                None => {
-                    self.transcript.push_str(&kept);
-                    let (outcome, reason) = match engine_finish {
-                        Some(EngineFinish::Length) => (RoundOutcome::Length, FinishReason::Length),
-                        _ => (RoundOutcome::Eos, FinishReason::Stop),
-                    };
-                    self.record(round_number, outcome, round_tokens);
-                    return self.finish(reason).await;
+                if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
+                    return Ok(Some(FinishReason::Length));
                 }
+                Ok(None)
+            }
+            Some(RoundEnd::Answer(_)) | Some(RoundEnd::Query(_)) => {
+                // An answer, or a search call after answer text was already
+                // streamed: the answer stands.
+                self.transcript.push_str(kept);
+                self.record(number, RoundOutcome::Answer, tokens);
+                Ok(Some(FinishReason::Stop))
+            }
+            Some(RoundEnd::Unmatched(_)) | Some(RoundEnd::DocumentsOpened) => {
+                self.transcript.push_str(kept);
+                self.record(number, RoundOutcome::InvalidAction, tokens);
+                if profile.invalid_action.is_empty()
+                    || self.answer.started
+                    || self.calls >= profile.max_searches
+                {
+                    return Ok(Some(FinishReason::Stop));
+                }
+                self.calls += 1;
+                self.splice(profile.invalid_action.clone()).await?;
+                Ok(None)
+            }
+            None => {
+                self.transcript.push_str(kept);
+                let (outcome, reason) = match engine_finish {
+                    Some(EngineFinish::Length) => (RoundOutcome::Length, FinishReason::Length),
+                    _ => (RoundOutcome::Eos, FinishReason::Stop),
+                };
+                self.record(number, outcome, tokens);
+                Ok(Some(reason))
             }
         }
     }
@@ -874,67 +824,5 @@ impl<'a> Rollout<'a> {
             transcript,
             rounds: std::mem::take(&mut self.rounds),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    /// Feeds `pieces` through a filter for `stops`; what a client receives.
-    fn filtered(stops: &[&str], pieces: &[&str]) -> (String, bool) {
-        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
-        let mut f = StopFilter::new(&stops);
-        let mut out = String::new();
-        for p in pieces {
-            out.push_str(&f.push(p));
-        }
-        out.push_str(&f.flush());
-        (out, f.stopped)
-    }
-
-    #[test]
-    fn stop_strings_cut_the_answer_even_across_pieces() {
-        assert_eq!(
-            filtered(&["\n\n"], &["Paris", "\n", "\nmore"]),
-            ("Paris".into(), true)
-        );
-        assert_eq!(
-            filtered(&["END", "."], &["Par", "is. E", "ND"]),
-            ("Paris".into(), true)
-        );
-        // A partial match that does not complete is sent at the end.
-        assert_eq!(filtered(&["STOP"], &["a ST", "O"]), ("a STO".into(), false));
-        assert_eq!(filtered(&[], &["a", "b"]), ("ab".into(), false));
-        assert_eq!(
-            filtered(&["é"], &["caf", "é au lait"]),
-            ("caf".into(), true)
-        );
-    }
-
-    proptest! {
-        /// However the answer is split into pieces, the client gets the text
-        /// up to the first stop string, and never part of a stop string.
-        #[test]
-        fn any_split_gives_the_text_before_the_first_stop(
-            text in "[ab\\n é]{0,24}",
-            stop in "[ab\\n é]{1,3}",
-            cuts in proptest::collection::vec(0usize..32, 0..6),
-        ) {
-            let mut bounds: Vec<usize> = cuts
-                .into_iter()
-                .map(|c| c.min(text.len()))
-                .filter(|&c| text.is_char_boundary(c))
-                .collect();
-            bounds.push(0);
-            bounds.push(text.len());
-            bounds.sort_unstable();
-            let pieces: Vec<&str> = bounds.windows(2).map(|w| &text[w[0]..w[1]]).collect();
-            let (out, stopped) = filtered(&[stop.as_str()], &pieces);
-            let expected = text.find(stop.as_str()).map_or(text.as_str(), |at| &text[..at]);
-            prop_assert_eq!(out.as_str(), expected);
-            prop_assert_eq!(stopped, text.contains(stop.as_str()));
-        }
     }
 }
