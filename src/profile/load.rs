@@ -1,0 +1,365 @@
+//! Loading a profile: the TOML schema (one struct per table, unknown keys
+//! refused), template fields checked, and the validated [`Profile`] built.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::{
+    AnswerFallback, Profile, ProfileError, PromptFormat, QuestionSearch, RoundCap, SpliceFormat,
+};
+use crate::template::Template;
+
+/// Fields a prompt template may use.
+const PROMPT_FIELDS: &[&str] = &["question"];
+/// Fields the document block template may use.
+const BLOCK_FIELDS: &[&str] = &["docs"];
+/// Fields a per-document template may use: `i` is the 1-based rank.
+const DOCUMENT_FIELDS: &[&str] = &["i", "id", "title", "text", "url"];
+/// Fields of the failed-search text.
+const FAILED_FIELDS: &[&str] = &["reason"];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    name: String,
+    description: String,
+    #[serde(default)]
+    unconfirmed: Option<String>,
+    prompt: PromptSpec,
+    tags: TagSpec,
+    query: QuerySpec,
+    splice: SpliceSpec,
+    rollout: RolloutSpec,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PromptSpec {
+    format: PromptFormat,
+    #[serde(default)]
+    system: Option<String>,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    raw: Option<String>,
+    #[serde(default)]
+    assistant_prefix: String,
+    question_mark: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TagSpec {
+    query_open: String,
+    query_close: String,
+    answer_open: String,
+    answer_close: String,
+    #[serde(default)]
+    documents_open: String,
+    #[serde(default)]
+    stop: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuerySpec {
+    #[serde(default)]
+    separator: String,
+    max_queries: usize,
+    max_chars: usize,
+    #[serde(default)]
+    remove: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpliceSpec {
+    format: SpliceFormat,
+    block: String,
+    document: String,
+    #[serde(default)]
+    separator: String,
+    strip_docs: bool,
+    no_documents: String,
+    failed: String,
+    no_query: String,
+    invalid_action: String,
+    strip_round: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RolloutSpec {
+    top_k: usize,
+    max_searches: usize,
+    #[serde(default)]
+    max_round_tokens: usize,
+    on_round_cap: RoundCap,
+    search_question_first: QuestionSearch,
+    answer_fallback: AnswerFallback,
+}
+
+/// A tag written in a splice block: `<information>`, `<|end_of_documents|>`.
+static BLOCK_TAG: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new(r"<[^<>\s]{1,64}>").expect("valid regex"));
+
+impl Profile {
+    /// Loads and validates one profile file.
+    ///
+    /// # Errors
+    /// [`ProfileError`] naming the file and, where it applies, the key.
+    pub fn load(path: &Path) -> Result<Self, ProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|error| ProfileError::Io {
+            file: path.to_path_buf(),
+            error,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses a profile from TOML text; `path` is used in error messages.
+    ///
+    /// # Errors
+    /// As [`Profile::load`].
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ProfileError> {
+        let file = path.to_path_buf();
+        let raw: ProfileFile = toml::from_str(text).map_err(|e| ProfileError::Parse {
+            file: file.clone(),
+            message: e.to_string().trim_end().replace('\n', " "),
+        })?;
+        let template = |key: &'static str, src: &str, allowed: &[&str]| {
+            Template::parse(src, allowed).map_err(|error| ProfileError::Template {
+                file: file.clone(),
+                key,
+                error,
+            })
+        };
+        let invalid = |key: &'static str, message: &str| ProfileError::Invalid {
+            file: file.clone(),
+            key,
+            message: message.to_string(),
+        };
+        for (key, tag) in [
+            ("tags.query_open", &raw.tags.query_open),
+            ("tags.query_close", &raw.tags.query_close),
+            ("tags.answer_open", &raw.tags.answer_open),
+            ("tags.answer_close", &raw.tags.answer_close),
+        ] {
+            if tag.trim().is_empty() {
+                return Err(invalid(key, "must not be empty"));
+            }
+        }
+        if raw.name.trim().is_empty() {
+            return Err(invalid("name", "must not be empty"));
+        }
+        if raw.rollout.top_k == 0 {
+            return Err(invalid("rollout.top_k", "must be at least 1"));
+        }
+        if raw.query.max_queries == 0 {
+            return Err(invalid("query.max_queries", "must be at least 1"));
+        }
+        if raw.query.max_chars == 0 {
+            return Err(invalid("query.max_chars", "must be at least 1"));
+        }
+        if raw.tags.stop.iter().any(String::is_empty) {
+            return Err(invalid("tags.stop", "must not contain an empty string"));
+        }
+        let p = &raw.prompt;
+        // (key, present) pairs a format requires, and those it does not use.
+        type Keys<'k> = &'k [(&'static str, bool)];
+        let (needs, unused): (Keys, Keys) = match p.format {
+            PromptFormat::Chat => (
+                &[("prompt.user", p.user.is_some())],
+                &[
+                    ("prompt.system", p.system.is_some()),
+                    ("prompt.raw", p.raw.is_some()),
+                ],
+            ),
+            PromptFormat::System => (
+                &[
+                    ("prompt.system", p.system.is_some()),
+                    ("prompt.user", p.user.is_some()),
+                ],
+                &[("prompt.raw", p.raw.is_some())],
+            ),
+            PromptFormat::Raw => (
+                &[("prompt.raw", p.raw.is_some())],
+                &[
+                    ("prompt.system", p.system.is_some()),
+                    ("prompt.user", p.user.is_some()),
+                ],
+            ),
+        };
+        if let Some((key, _)) = needs.iter().find(|(_, present)| !present) {
+            return Err(invalid(key, "is required by this prompt format"));
+        }
+        if let Some((key, _)) = unused.iter().find(|(_, present)| *present) {
+            return Err(invalid(key, "is not used by this prompt format; remove it"));
+        }
+        let optional = |key: &'static str, src: &Option<String>| {
+            src.as_deref()
+                .map(|s| template(key, s, PROMPT_FIELDS))
+                .transpose()
+        };
+        let mut control_tags: Vec<String> = [
+            &raw.tags.query_open,
+            &raw.tags.query_close,
+            &raw.tags.answer_open,
+            &raw.tags.answer_close,
+            &raw.tags.documents_open,
+        ]
+        .into_iter()
+        .chain(&raw.tags.stop)
+        .cloned()
+        .chain(
+            BLOCK_TAG
+                .find_iter(&raw.splice.block)
+                .map(|m| m.as_str().to_string()),
+        )
+        // Only a tag with an angle bracket can be defused (see `neutralise`).
+        .filter(|t| t.contains(['<', '>']))
+        .collect();
+        control_tags.sort();
+        control_tags.dedup();
+        Ok(Self {
+            control_tags,
+            prompt_system: optional("prompt.system", &p.system)?,
+            prompt_user: optional("prompt.user", &p.user)?,
+            prompt_raw: optional("prompt.raw", &p.raw)?,
+            splice_block: template("splice.block", &raw.splice.block, BLOCK_FIELDS)?,
+            splice_document: template("splice.document", &raw.splice.document, DOCUMENT_FIELDS)?,
+            failed: template("splice.failed", &raw.splice.failed, FAILED_FIELDS)?,
+            assistant_prefix: raw.prompt.assistant_prefix,
+            name: raw.name,
+            description: raw.description,
+            unconfirmed: raw.unconfirmed,
+            source: file,
+            prompt_format: raw.prompt.format,
+            question_mark: raw.prompt.question_mark,
+            query_open: raw.tags.query_open,
+            query_close: raw.tags.query_close,
+            answer_open: raw.tags.answer_open,
+            answer_close: raw.tags.answer_close,
+            documents_open: raw.tags.documents_open,
+            stop: raw.tags.stop,
+            query_separator: raw.query.separator,
+            max_queries: raw.query.max_queries,
+            max_query_chars: raw.query.max_chars,
+            query_remove: raw.query.remove,
+            splice_format: raw.splice.format,
+            splice_separator: raw.splice.separator,
+            strip_docs: raw.splice.strip_docs,
+            no_documents: raw.splice.no_documents,
+            no_query: raw.splice.no_query,
+            invalid_action: raw.splice.invalid_action,
+            strip_round: raw.splice.strip_round,
+            top_k: raw.rollout.top_k,
+            max_searches: raw.rollout.max_searches,
+            max_round_tokens: raw.rollout.max_round_tokens,
+            on_round_cap: raw.rollout.on_round_cap,
+            search_question_first: raw.rollout.search_question_first,
+            answer_fallback: raw.rollout.answer_fallback,
+        })
+    }
+
+    /// Loads every `*.toml` in `dir`, keyed by profile name.
+    ///
+    /// # Errors
+    /// The first file that fails, two files with the same name, or no profile.
+    pub fn load_dir(dir: &Path) -> Result<BTreeMap<String, Profile>, ProfileError> {
+        let entries = std::fs::read_dir(dir).map_err(|error| ProfileError::Io {
+            file: dir.to_path_buf(),
+            error,
+        })?;
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        paths.sort();
+        let mut profiles: BTreeMap<String, Profile> = BTreeMap::new();
+        for path in paths {
+            let profile = Profile::load(&path)?;
+            if let Some(first) = profiles.get(&profile.name) {
+                return Err(ProfileError::Duplicate {
+                    name: profile.name.clone(),
+                    first: first.source.clone(),
+                    second: path,
+                });
+            }
+            profiles.insert(profile.name.clone(), profile);
+        }
+        if profiles.is_empty() {
+            return Err(ProfileError::Empty(dir.to_path_buf()));
+        }
+        Ok(profiles)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(name: &str) -> Profile {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
+        Profile::load_dir(dir).expect("profiles load")[name].clone()
+    }
+
+    #[test]
+    fn unknown_keys_fields_and_misplaced_prompt_keys_are_rejected_with_file_and_key() {
+        let good = std::fs::read_to_string(&load("search-r1").source).unwrap();
+        let path = Path::new("config/policies/broken.toml");
+        let err = Profile::parse(&good.replace("top_k = 3", "top_k = 3\ntopk = 5"), path)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("broken.toml") && err.contains("topk"), "{err}");
+        let err = Profile::parse(&good.replace("{title}", "{titel}"), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("broken.toml") && err.contains("splice.document") && err.contains("titel"),
+            "{err}"
+        );
+        let err = Profile::parse(&good.replace("format = \"chat\"", "format = \"raw\""), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("prompt.raw") && err.contains("required"),
+            "{err}"
+        );
+        let err = Profile::parse(&good.replace("{reason}", "{why}"), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("splice.failed") && err.contains("why"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn shipped_profiles_all_load() {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
+        let profiles = Profile::load_dir(dir).unwrap();
+        for name in [
+            "search-r1",
+            "search-r1-prefetch",
+            "rag-r1-sq",
+            "rag-r1-mq",
+            "r1-searcher",
+            "r1-searcher-instruct",
+            "r1-searcher-plus",
+        ] {
+            assert!(profiles.contains_key(name), "{name} missing");
+        }
+        assert_eq!(
+            profiles["search-r1-prefetch"].search_question_first,
+            QuestionSearch::User
+        );
+        assert_eq!(
+            profiles["search-r1"].search_question_first,
+            QuestionSearch::Off
+        );
+        assert!(profiles["r1-searcher-plus"].unconfirmed.is_some());
+        assert!(profiles["search-r1"].unconfirmed.is_none());
+    }
+}

@@ -1,0 +1,336 @@
+//! What a rollout asks of a profile: the question as the policy saw it, the
+//! prompt, the tag set and stop strings, cleaned queries, the splice in the
+//! trained format, and the round's text; plus [`defuse`], which makes control
+//! tags and tokens in untrusted text inert.
+
+use super::{CleanedQueries, Profile, PromptFormat, PromptText, QueryOutcome, SpliceFormat};
+use crate::engine::{ChatTurn, Role};
+use crate::pyjson::{dumps_indent2, PyValue};
+use crate::scanner::TagSet;
+
+impl Profile {
+    /// The question as the policy saw it in training: stripped, with a trailing
+    /// `?` added when `question_mark` is set and none is there (Search-R1).
+    pub fn normalize_question(&self, question: &str) -> String {
+        let mut q = question.trim().to_string();
+        if self.question_mark && !q.ends_with('?') {
+            q.push('?');
+        }
+        q
+    }
+
+    /// The user message for `question` (normalised first); for `raw` profiles,
+    /// the whole raw prompt.
+    pub fn user_message(&self, question: &str) -> String {
+        let q = self.normalize_question(question);
+        self.prompt_user
+            .as_ref()
+            .or(self.prompt_raw.as_ref())
+            .map(|t| t.render(&[("question", &q)]))
+            .unwrap_or_default()
+    }
+
+    /// The prompt for the conversation `history`, whose turn `question_at` (a
+    /// user turn) holds the question. `documents_first` is placed before the
+    /// instruction (see [`QuestionSearch::User`]).
+    ///
+    /// `chat`: the history up to the question, the question turn replaced by the
+    /// instruction. `system`: the profile's system message, then the history's
+    /// non-system turns likewise. `raw`: the raw prompt alone.
+    pub fn prompt(
+        &self,
+        history: &[ChatTurn],
+        question_at: usize,
+        documents_first: Option<&str>,
+    ) -> PromptText {
+        let question = &history[question_at].content;
+        let mut instruction = documents_first.unwrap_or("").to_string();
+        instruction.push_str(&self.user_message(question));
+        match self.prompt_format {
+            PromptFormat::Raw => PromptText::Raw(instruction),
+            PromptFormat::Chat | PromptFormat::System => {
+                let mut turns = Vec::with_capacity(question_at + 2);
+                if let Some(system) = &self.prompt_system {
+                    turns.push(ChatTurn {
+                        role: Role::System,
+                        content: system.render(&[("question", &self.normalize_question(question))]),
+                    });
+                }
+                for (i, turn) in history[..=question_at].iter().enumerate() {
+                    if self.prompt_system.is_some() && turn.role == Role::System {
+                        continue;
+                    }
+                    let content = if i == question_at {
+                        instruction.clone()
+                    } else {
+                        turn.content.clone()
+                    };
+                    turns.push(ChatTurn {
+                        role: turn.role,
+                        content,
+                    });
+                }
+                PromptText::Chat(turns)
+            }
+        }
+    }
+
+    /// The tags the scanner watches for.
+    pub fn tag_set(&self) -> TagSet {
+        TagSet::new(
+            &self.query_open,
+            &self.query_close,
+            &self.answer_open,
+            &self.answer_close,
+            &self.documents_open,
+        )
+    }
+
+    /// Strings at which the engine should stop: the closing tags and the
+    /// profile's extra stops (the scanner still cuts exactly, since the engine
+    /// stops one token late).
+    pub fn stop_strings(&self) -> Vec<String> {
+        let mut stops = vec![self.query_close.clone(), self.answer_close.clone()];
+        stops.extend(self.stop.iter().cloned());
+        stops
+    }
+
+    /// Cleans a search call's raw content into queries: split on the separator
+    /// (if any), the profile's `remove` substrings deleted, every run of
+    /// whitespace (newlines, tabs, CRLF) made one space, stripped; empty queries
+    /// dropped; each cut to `max_query_chars` characters; at most `max_queries`
+    /// kept. Truncation and the cap are reported in `notes`.
+    pub fn clean_queries(&self, raw: &str) -> CleanedQueries {
+        let parts: Vec<&str> = if self.query_separator.is_empty() {
+            vec![raw]
+        } else {
+            raw.split(self.query_separator.as_str()).collect()
+        };
+        let mut out = CleanedQueries::default();
+        for part in parts {
+            let mut q = part.to_string();
+            for r in &self.query_remove {
+                if !r.is_empty() {
+                    q = q.replace(r.as_str(), "");
+                }
+            }
+            let mut q = crate::search::clean::collapse_whitespace(&q);
+            if q.is_empty() {
+                continue;
+            }
+            if let Some((cut, _)) = q.char_indices().nth(self.max_query_chars) {
+                q.truncate(cut);
+                let q_trimmed = q.trim_end().to_string();
+                out.notes.push(format!(
+                    "query truncated to {} characters: {q_trimmed:?}",
+                    self.max_query_chars
+                ));
+                q = q_trimmed;
+            }
+            out.queries.push(q);
+        }
+        if out.queries.len() > self.max_queries {
+            out.notes.push(format!(
+                "kept the first {} of {} queries (the per-call cap); dropped {:?}",
+                self.max_queries,
+                out.queries.len(),
+                &out.queries[self.max_queries..]
+            ));
+            out.queries.truncate(self.max_queries);
+        }
+        out
+    }
+
+    /// `text` with every control tag of this profile defused, so a document
+    /// can neither close the document block nor start a search or an answer:
+    /// `<` and `>` of each occurrence (ASCII case-insensitive) become `‹` and
+    /// `›`, e.g. `</information>` → `‹/information›`. Other text is untouched.
+    pub fn neutralise<'t>(&self, text: &'t str) -> std::borrow::Cow<'t, str> {
+        defuse(text, &self.control_tags)
+    }
+
+    /// The text of one query's documents: each through `splice.document` with
+    /// `i` = 1..k, joined by `splice.separator`, stripped when `strip_docs`;
+    /// `no_documents` when there are none; the `failed` text on failure.
+    /// Document text is defused twice over: this profile's control tags, then
+    /// `also` (the tokenizer's control tokens).
+    fn docs_text(&self, outcome: QueryOutcome<'_>, also: &[String]) -> String {
+        let clean = |text: &str| defuse(&self.neutralise(text), also).into_owned();
+        let docs = match outcome {
+            QueryOutcome::Failed(reason) => {
+                return self.failed.render(&[("reason", &clean(reason))])
+            }
+            QueryOutcome::Documents([]) => return self.no_documents.clone(),
+            QueryOutcome::Documents(docs) => docs,
+        };
+        let mut joined = String::new();
+        for (i, doc) in docs.iter().enumerate() {
+            if i > 0 {
+                joined.push_str(&self.splice_separator);
+            }
+            let rank = (i + 1).to_string();
+            self.splice_document
+                .render_into(&mut joined, |field, out| match field {
+                    "i" => out.push_str(&rank),
+                    "id" => out.push_str(&doc.id),
+                    "title" => out.push_str(&clean(&doc.title)),
+                    "text" => out.push_str(&clean(&doc.text)),
+                    "url" => out.push_str(doc.url.as_deref().unwrap_or("")),
+                    _ => {}
+                });
+        }
+        if self.strip_docs {
+            joined.trim().to_string()
+        } else {
+            joined
+        }
+    }
+
+    /// The text spliced after a search call for its queries' outcomes, byte
+    /// for byte in the policy's trained format (`splice.block` with `{docs}`).
+    pub fn render_splice(&self, results: &[(&str, QueryOutcome<'_>)]) -> String {
+        self.render_splice_defusing(results, &[])
+    }
+
+    /// [`Profile::render_splice`], with `also` (the tokenizer's control
+    /// tokens, [`crate::engine::Engine::special_tokens`]) defused in every
+    /// document and failure text as the profile's own tags are.
+    pub fn render_splice_defusing(
+        &self,
+        results: &[(&str, QueryOutcome<'_>)],
+        also: &[String],
+    ) -> String {
+        let docs = match self.splice_format {
+            SpliceFormat::Text => results
+                .iter()
+                .map(|(_, outcome)| self.docs_text(*outcome, also))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            SpliceFormat::Json => dumps_indent2(&PyValue::Object(vec![
+                (
+                    "query".into(),
+                    PyValue::List(
+                        results
+                            .iter()
+                            .map(|(q, _)| PyValue::Str((*q).to_string()))
+                            .collect(),
+                    ),
+                ),
+                (
+                    "documents".into(),
+                    PyValue::List(
+                        results
+                            .iter()
+                            .map(|(_, outcome)| PyValue::Str(self.docs_text(*outcome, also)))
+                            .collect(),
+                    ),
+                ),
+            ])),
+        };
+        self.splice_block.render(&[("docs", &docs)])
+    }
+
+    /// The round's generated text as the transcript keeps it: `kept` ends with
+    /// the closing tag; with `strip_round` the text before the tag is stripped.
+    pub fn round_text(&self, kept: &str, closing_tag: &str) -> String {
+        if !self.strip_round {
+            return kept.to_string();
+        }
+        let body = kept.strip_suffix(closing_tag).unwrap_or(kept);
+        format!("{}{closing_tag}", body.trim())
+    }
+}
+
+/// `text` with each occurrence of each of `strings` (ASCII case-insensitive)
+/// made inert: its `<` and `>` become `‹` and `›` (`<|im_start|>` →
+/// `‹|im_start|›`, `</search>` → `‹/search›`); a string without angle
+/// brackets (`[INST]`) gets a zero-width space (U+200B) after its first
+/// character. A tokenizer then reads none of them as a control token, and the
+/// tag scanner none as a tag. Other text is untouched (borrowed).
+pub fn defuse<'t>(text: &'t str, strings: &[String]) -> std::borrow::Cow<'t, str> {
+    let mut out = std::borrow::Cow::Borrowed(text);
+    if strings.is_empty() {
+        return out;
+    }
+    // Lower-cased once; again only after a replacement changed the text.
+    let mut lower = text.to_ascii_lowercase();
+    for tag in strings.iter().filter(|t| !t.is_empty()) {
+        let needle = tag.to_ascii_lowercase();
+        if !lower.contains(&needle) {
+            continue;
+        }
+        let mut fixed = String::with_capacity(out.len() + 8);
+        let mut from = 0;
+        while let Some(rel) = lower[from..].find(&needle) {
+            let at = from + rel;
+            fixed.push_str(&out[from..at]);
+            let found = &out[at..at + needle.len()];
+            if found.contains(['<', '>']) {
+                fixed.push_str(&found.replace('<', "‹").replace('>', "›"));
+            } else {
+                let first = found.chars().next().map_or(0, char::len_utf8);
+                fixed.push_str(&found[..first]);
+                fixed.push('\u{200B}');
+                fixed.push_str(&found[first..]);
+            }
+            from = at + needle.len();
+        }
+        fixed.push_str(&out[from..]);
+        lower = fixed.to_ascii_lowercase();
+        out = std::borrow::Cow::Owned(fixed);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn load(name: &str) -> Profile {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
+        Profile::load_dir(dir).expect("profiles load")[name].clone()
+    }
+
+    #[test]
+    fn search_r1_prompt_matches_the_paper_text() {
+        let p = load("search-r1");
+        assert_eq!(
+            p.user_message("  who painted the Mona Lisa "),
+            "Answer the given question. You must conduct reasoning inside <think> and </think> \
+             first every time you get new information. After reasoning, if you find you lack \
+             some knowledge, you can call a search engine by <search> query </search> and it \
+             will return the top searched results between <information> and </information>. \
+             You can search as many times as your want. If you find no further external \
+             knowledge needed, you can directly provide the answer inside <answer> and \
+             </answer>, without detailed illustrations. For example, <answer> Beijing \
+             </answer>. Question: who painted the Mona Lisa?\n"
+        );
+        assert_eq!(p.normalize_question("Is it?"), "Is it?");
+    }
+
+    #[test]
+    fn queries_are_cleaned_split_capped_and_truncated_visibly() {
+        let mq = load("rag-r1-mq");
+        let cleaned = mq.clean_queries(" a ,, b\n\tc ,  , d, e ");
+        assert_eq!(cleaned.queries, ["a", "b c", "d"]);
+        assert_eq!(cleaned.notes.len(), 1);
+        assert!(
+            cleaned.notes[0].contains("first 3 of 4"),
+            "{:?}",
+            cleaned.notes
+        );
+
+        let r1 = load("r1-searcher");
+        let cleaned = r1.clean_queries(" \"Mona\" 'Lisa'... painter\r\n");
+        assert_eq!(cleaned.queries, ["Mona Lisa painter"]);
+
+        let s = load("search-r1");
+        assert!(s.clean_queries(" \n\t ").queries.is_empty());
+        let long = "é".repeat(600);
+        let cleaned = s.clean_queries(&long);
+        assert_eq!(cleaned.queries[0].chars().count(), 512);
+        assert!(cleaned.notes[0].contains("truncated to 512"));
+    }
+}
