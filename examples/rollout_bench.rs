@@ -35,7 +35,7 @@ use tokio::sync::mpsc;
 struct Args {
     #[arg(long, default_value = "models/SmolLM2-135M-Instruct.Q4_1.gguf")]
     gguf: PathBuf,
-    #[arg(long, default_value = "data/wiki/index")]
+    #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
     index: PathBuf,
     #[arg(long, default_value = "config/policies/search-r1.toml")]
     profile: PathBuf,

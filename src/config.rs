@@ -149,6 +149,10 @@ impl Default for ModelConfig {
     }
 }
 
+/// Where `scripts/fetch-defaults.sh` builds the default corpus's index, and
+/// the default of `search.index` and of every `--index` flag.
+pub const DEFAULT_INDEX: &str = "data/wiki/index";
+
 /// `[search]`: the built-in local index, the other backends, and the
 /// dispatcher's deadlines, cache and document budget.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -179,7 +183,7 @@ impl Default for SearchConfig {
     fn default() -> Self {
         let d = DispatchConfig::default();
         Self {
-            index: "data/wiki/index".into(),
+            index: DEFAULT_INDEX.into(),
             default: "tantivy".into(),
             round_timeout_ms: d.round_timeout.as_millis() as u64,
             query_timeout_ms: d.query_timeout.as_millis() as u64,

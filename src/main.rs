@@ -45,7 +45,7 @@ enum Command {
     /// Search an index and print the top-k documents with their BM25 scores.
     Search {
         /// Index directory built by `seeker index`.
-        #[arg(long, default_value = "data/wiki/index")]
+        #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
         index: PathBuf,
         /// Number of documents (at least 1).
         #[arg(short = 'k', long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
@@ -59,9 +59,13 @@ enum Command {
     Eval(Box<EvalArgs>),
     /// List the policy profiles.
     Policies {
-        /// Profile directory.
-        #[arg(long, default_value = "config/policies")]
-        dir: PathBuf,
+        /// Config file (default: config/seeker.toml when it exists): gives the
+        /// profile directory and the default policy.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Profile directory instead of the config's `policy.dir`.
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// Print the OpenAPI document the server serves at /openapi.json.
     Openapi,
@@ -86,9 +90,18 @@ enum ModelCommand {
         /// auto (f32 up to 2 GiB of F32 weights, else q8_0), q8_0
         /// (re-quantize Q4_1 and other kernel-less weights) or f32 (dequantize
         /// everything: dense matmuls).
-        #[arg(long, default_value = "auto")]
-        format: String,
+        #[arg(long, value_enum, default_value_t = PrepareFormat::Auto)]
+        format: PrepareFormat,
     },
+}
+
+/// `seeker model prepare --format`.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum PrepareFormat {
+    Auto,
+    #[value(name = "q8_0")]
+    Q8_0,
+    F32,
 }
 
 #[derive(clap::Args)]
@@ -144,17 +157,16 @@ struct EvalArgs {
     #[arg(long)]
     retrieval_only: bool,
     /// Index for --retrieval-only.
-    #[arg(long, default_value = "data/wiki/index")]
+    #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
     index: PathBuf,
 }
 
-fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: &str) -> anyhow::Result<()> {
+fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: PrepareFormat) -> anyhow::Result<()> {
     use seeker::engine::prepare::{prepare, prepared_path, WeightFormat};
     let format = match format {
-        "q8_0" => WeightFormat::Q8_0,
-        "f32" => WeightFormat::F32,
-        "auto" => WeightFormat::Auto,
-        other => anyhow::bail!("--format {other}: expected auto, q8_0 or f32"),
+        PrepareFormat::Q8_0 => WeightFormat::Q8_0,
+        PrepareFormat::F32 => WeightFormat::F32,
+        PrepareFormat::Auto => WeightFormat::Auto,
     };
     let format = seeker::engine::prepare::resolve(gguf, format)?;
     let out = match out {
@@ -198,10 +210,10 @@ fn main() -> ExitCode {
             top_k,
             query,
         } => cmd_search(&index, top_k as usize, &query.join(" ")),
-        Command::Policies { dir } => cmd_policies(&dir),
+        Command::Policies { config, dir } => cmd_policies(config.as_deref(), dir),
         Command::Eval(args) => cmd_eval(*args),
         Command::Model(ModelCommand::Prepare { gguf, out, format }) => {
-            cmd_prepare(&gguf, out, &format)
+            cmd_prepare(&gguf, out, format)
         }
         Command::Openapi => {
             print!("{}", seeker::server::api_doc::openapi_json());
@@ -280,12 +292,11 @@ fn cmd_search(index: &Path, top_k: usize, query: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn cmd_policies(dir: &Path) -> anyhow::Result<()> {
-    // The config's default policy, when the config loads.
-    let default = Config::load(None, std::env::vars())
-        .map(|c| c.policy.default)
-        .unwrap_or_default();
-    for (name, p) in Profile::load_dir(dir)? {
+fn cmd_policies(config: Option<&Path>, dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let config = Config::load(config, std::env::vars())?;
+    let default = config.policy.default;
+    let dir = dir.unwrap_or(config.policy.dir);
+    for (name, p) in Profile::load_dir(&dir)? {
         let marker = if name == default { " (default)" } else { "" };
         println!(
             "{:30} top-k {}, {} searches, {}\n{:30} {}",
@@ -304,128 +315,38 @@ fn cmd_policies(dir: &Path) -> anyhow::Result<()> {
 }
 
 fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
-    use seeker::eval::{self, dataset};
+    use seeker::eval::dataset::FanoutMode;
+    use seeker::eval::job::{run_job, Job, Target};
 
-    let mode = if args.fanoutqa_subquestions {
-        dataset::FanoutMode::Subquestions
-    } else {
-        dataset::FanoutMode::Questions
+    let job = Job {
+        dataset: args.dataset,
+        mode: if args.fanoutqa_subquestions {
+            FanoutMode::Subquestions
+        } else {
+            FanoutMode::Questions
+        },
+        evidence_in: args.evidence_in,
+        limit: args.limit,
+        out: args.out,
     };
-    let mut items = dataset::load(&args.dataset, mode)?;
-    if let Some(corpus) = &args.evidence_in {
-        let text = std::fs::read_to_string(corpus)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", corpus.display()))?;
-        let titles = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|v| v["title"].as_str().map(str::to_string))
-            .collect();
-        items = dataset::with_evidence_in(items, &titles);
-    }
-    if let Some(n) = args.limit {
-        items.truncate(n);
-    }
-    anyhow::ensure!(
-        !items.is_empty(),
-        "no questions to evaluate in {}",
-        args.dataset.display()
-    );
-    if args.retrieval_only {
-        return eval_retrieval(&args, &items);
-    }
-    let config = eval::EvalConfig {
-        url: args.url.trim_end_matches('/').to_string(),
-        model: args.model,
-        policy: args.policy,
-        backend: args.backend,
-        top_k: args.top_k,
-        max_tokens: args.max_tokens,
-        temperature: args.temperature,
-        concurrency: args.concurrency,
-        timeout: std::time::Duration::from_secs(args.timeout),
-        api_key: args.api_key,
-    };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let started = std::time::Instant::now();
-    let bar = ProgressBar::new(items.len() as u64).with_style(
-        ProgressStyle::with_template("eval {bar:40} {pos}/{len} ({eta}) {msg}")
-            .expect("valid progress template"),
-    );
-    let (served, results) = runtime.block_on(async {
-        let served = eval::served_model(&config).await;
-        let results = eval::run(&config, &items, |r| {
-            bar.inc(1);
-            if let Some(e) = &r.error_kind {
-                bar.set_message(format!("last failure: {e}"));
-            }
-        })
-        .await;
-        (served, results)
-    });
-    bar.finish_and_clear();
-    let summary = eval::Summary::new(
-        config,
-        args.dataset.display().to_string(),
-        served,
-        &results,
-        started.elapsed().as_secs_f64(),
-    );
-    print!("{}", summary.table());
-    if let Some(out) = &args.out {
-        let mut lines = String::new();
-        for r in &results {
-            lines.push_str(&serde_json::to_string(r)?);
-            lines.push('\n');
+    let target = if args.retrieval_only {
+        Target::Retrieval {
+            index: args.index,
+            k: args.top_k.unwrap_or(3),
         }
-        std::fs::write(out, lines).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
-        let summary_path = out.with_extension("summary.json");
-        std::fs::write(
-            &summary_path,
-            serde_json::to_string_pretty(&summary)? + "\n",
-        )
-        .map_err(|e| anyhow::anyhow!("{}: {e}", summary_path.display()))?;
-        println!("wrote {} and {}", out.display(), summary_path.display());
-    }
-    Ok(())
-}
-
-/// `seeker eval --retrieval-only`: answer recall of the local index's top-k for
-/// each question, no generation.
-fn eval_retrieval(args: &EvalArgs, items: &[seeker::eval::dataset::QaItem]) -> anyhow::Result<()> {
-    use seeker::eval::metrics::contains_answer;
-
-    let index = Bm25Index::open(&args.index)?;
-    let k = args.top_k.unwrap_or(3);
-    let mut lines = String::new();
-    let mut found = 0usize;
-    for item in items {
-        let docs = index.search(&item.question, k)?;
-        let hit = docs
-            .iter()
-            .any(|d| contains_answer(&format!("{} {}", d.title, d.text), &item.golds));
-        found += usize::from(hit);
-        lines.push_str(&serde_json::to_string(&serde_json::json!({
-            "id": item.id,
-            "question": item.question,
-            "golds": item.golds,
-            "answer_in_documents": hit,
-            "documents": docs.iter().map(|d| &d.title).collect::<Vec<_>>(),
-        }))?);
-        lines.push('\n');
-    }
-    let recall = found as f64 / items.len() as f64;
-    println!(
-        "questions {}\nanswer recall@{k} of {} ({} documents): {recall:.3} ({found} of {})",
-        items.len(),
-        args.index.display(),
-        index.num_docs(),
-        items.len()
-    );
-    if let Some(out) = &args.out {
-        std::fs::write(out, lines).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
-        println!("wrote {}", out.display());
-    }
-    Ok(())
+    } else {
+        Target::Server(seeker::eval::EvalConfig {
+            url: args.url.trim_end_matches('/').to_string(),
+            model: args.model,
+            policy: args.policy,
+            backend: args.backend,
+            top_k: args.top_k,
+            max_tokens: args.max_tokens,
+            temperature: args.temperature,
+            concurrency: args.concurrency,
+            timeout: std::time::Duration::from_secs(args.timeout),
+            api_key: args.api_key,
+        })
+    };
+    run_job(&job, target)
 }

@@ -82,8 +82,9 @@ pub struct MistralConfig {
     pub dtype: ActivationDtype,
     /// Sequences the scheduler runs at once.
     pub max_num_seqs: usize,
-    /// Weight format to run: the GGUF as it is, or a prepared Q8_0 copy next
-    /// to it (written on first load; [`super::prepare`]).
+    /// Weight format to run: the GGUF as it is, or a prepared copy next to
+    /// it (Q8_0 or F32, written on first load; `auto` picks by size;
+    /// [`super::prepare`]).
     pub weights: WeightFormat,
     /// mistral.rs's prefix cache (reuse of a finished sequence's KV rows by a
     /// request that starts with the same tokens). Off by default: see the

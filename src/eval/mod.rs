@@ -13,6 +13,7 @@
 //! rollout transcript, in dataset order.
 
 pub mod dataset;
+pub mod job;
 pub mod metrics;
 
 use std::collections::BTreeMap;

@@ -114,7 +114,9 @@ pub struct StreamOptions {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchOptions {
-    /// Backend name; only the configured one (`tantivy`) exists so far.
+    /// A configured backend's name (`tantivy`, `[search.backends.NAME]`;
+    /// `/v1/models` does not list them: see the server's config) instead of
+    /// the server's default backend.
     #[serde(default)]
     pub backend: Option<String>,
     /// Documents per query, 1 to 50, instead of the profile's top-k.
