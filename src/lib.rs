@@ -7,19 +7,39 @@
 //! the searches and the answer to the client.
 //!
 //! # Layout
-//! - [`config`]: the typed server configuration (`config/seeker.toml`, env, flags).
-//! - [`profile`]: policy profiles (`config/policies/*.toml`): prompt, tags,
-//!   splice format, limits. Data, not code.
-//! - [`template`]: the `{field}` templates profiles are written in.
+//!
+//! A request's path, top to bottom (`main` → `startup` → `server` → `rollout` →
+//! `profile` / `scanner` / `engine` / `search` → `metrics`); no module imports
+//! one above it.
+//!
+//! - [`startup`]: the composition root: config → profiles, dispatcher, HTTP
+//!   state, listener, the embedded engine loaded in the background; signals.
+//! - [`server`]: the HTTP surface (axum), one file per step: `listen`
+//!   (connections) → `ops` (keys, limits, per-route metrics) → `json` (the
+//!   body) → `validate` → `chat` / `retrieve` → `render` (chunks, responses);
+//!   `state`, `error`, `openai` (wire types), `api_doc` (OpenAPI).
+//! - [`rollout`]: the search loop of one request, round by round; `answer`
+//!   trims the streamed answer and applies `stop` strings.
+//! - [`profile`]: policy profiles (`config/policies/*.toml`): `load` (schema and
+//!   validation) and `text` (prompt, queries, splices, `defuse`). Data, not code.
 //! - [`scanner`]: the tag scanner, a pure state machine over generated text.
-//! - [`rollout`]: the search loop that drives one request round by round.
-//! - [`engine`]: the [`engine::Engine`] trait; the embedded mistral.rs engine and
-//!   a scripted engine for tests.
-//! - [`search`]: the [`search::SearchBackend`] trait and the local tantivy BM25
-//!   index ([`search::bm25`]).
-//! - [`server`]: the axum HTTP surface (OpenAI chat completions, models, health).
-//! - [`eval`]: `seeker eval`, EM / cover-EM / F1 and retrieval recall on QA sets.
+//! - [`template`]: the `{field}` templates profiles are written in.
+//! - [`pyjson`]: Python's `json.dumps(indent=2)` byte for byte (RAG-R1's splice).
+//! - [`engine`]: the [`engine::Engine`] trait; the embedded mistral.rs engine
+//!   (`mistral`, `prepare` for weight copies), `gate` (a FIFO of engine slots)
+//!   and `scripted` (a replaying engine for tests).
+//! - [`search`]: the [`search::SearchBackend`] trait; `dispatch` (every query of
+//!   a round at once: limits, retries, shared cache), `bm25` (the local tantivy
+//!   index), `web` (Bing v7 shape, SearXNG), `retriever` (the Search-R1
+//!   retriever protocol), `clean` (snippet clean-up), `setup` (from config).
+//! - [`metrics`]: every Prometheus metric, one registry per server.
+//! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags).
+//! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1 and
+//!   retrieval recall (`metrics`), the run itself (`job`).
 //! - [`tempfiles`]: removal of temporary files that stopped processes left.
+//!
+//! The protocols the code relies on, with their sources, are in
+//! `docs/protocols.md`.
 
 pub mod config;
 pub mod engine;

@@ -1,7 +1,7 @@
 //! Prometheus metrics: the one module that owns every metric name.
 //!
 //! Names follow Prometheus conventions (`seeker_` prefix, `_seconds` and
-//! `_total` unit suffixes; DESIGN.md). Labels are bounded: `route` is a route
+//! `_total` unit suffixes; `docs/protocols.md` §5). Labels are bounded: `route` is a route
 //! template (`/v1/chat/completions`, or `unmatched`), `status` an HTTP status
 //! code, `backend` a configured backend name, `kind` a [`SearchError`] kind,
 //! `phase` one of `before_first_token`, `decode`, `search`. Query text,

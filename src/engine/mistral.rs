@@ -18,10 +18,10 @@
 //!   the token's own text (sent with `return_logprobs`) restores it.
 //! - Building the engine waits for a warm-up run with a nested blocking wait
 //!   on the calling thread: it runs on a thread of its own
-//!   ([`build_off_runtime`], issue 12).
+//!   (`build_off_runtime`, issue 12).
 //! - The engine thread panics when it answers a tokenize/detokenize request
 //!   whose receiver was dropped: those calls run as detached tasks
-//!   ([`detached`], issue 18).
+//!   (`detached`, issue 18).
 //! - A last token that ends inside a UTF-8 character gets no chunk, so a token
 //!   budget ending there closes the stream without a finish reason: read as
 //!   `length` while the engine still takes requests (issue 18).

@@ -7,7 +7,7 @@
 //! kernel-less) weight to Q8_0 keeps the model's values to within Q8_0's
 //! rounding (1/127 of each 32-weight block's largest magnitude, on top of
 //! Q4_1's own error) and runs on the AVX2 kernel. Measured gains are in
-//! `bench/README.md`; DESIGN.md lists the candle facts. Q4_K is not offered:
+//! `bench/README.md` (with the candle kernels each format has). Q4_K is not offered:
 //! it needs rows that are multiples of 256 and SmolLM2's are 576.
 //!
 //! The rewrite uses candle's own GGUF reader and writer: every metadata key

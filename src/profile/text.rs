@@ -32,7 +32,7 @@ impl Profile {
 
     /// The prompt for the conversation `history`, whose turn `question_at` (a
     /// user turn) holds the question. `documents_first` is placed before the
-    /// instruction (see [`QuestionSearch::User`]).
+    /// instruction (see [`super::QuestionSearch::User`]).
     ///
     /// `chat`: the history up to the question, the question turn replaced by the
     /// instruction. `system`: the profile's system message, then the history's

@@ -2,7 +2,7 @@
 //! must never read as markup.
 //!
 //! Web APIs return highlighting markup (`<b>`, `<strong>`) and HTML entities in
-//! titles and snippets (PROTOCOLS.md §6). [`strip_html`] removes tags and
+//! titles and snippets (`docs/protocols.md` §2). [`strip_html`] removes tags and
 //! comments, unescapes entities and collapses whitespace; [`truncate_chars`]
 //! bounds a document. Neutralising a policy's own control tags inside document
 //! text is the profile's job ([`crate::profile::Profile::neutralise`]), since

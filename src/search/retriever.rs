@@ -1,4 +1,4 @@
-//! The Search-R1 / RAG-R1 retriever protocol (PROTOCOLS.md §1), as a client
+//! The Search-R1 / RAG-R1 retriever protocol (`docs/protocols.md` §1), as a client
 //! backend and as wire types for seeker's own `POST /retrieve` route.
 //!
 //! Request: `{"queries": [str], "topk": int|null, "return_scores": bool}`.

@@ -1,4 +1,4 @@
-//! Web search backends: Bing Web Search v7 and SearXNG (PROTOCOLS.md §6).
+//! Web search backends: Bing Web Search v7 and SearXNG (`docs/protocols.md` §2).
 //!
 //! Both map results to [`Document`]s `{title, text, url}` (id = URL). Markup
 //! and entities in snippets are left for the dispatcher to strip

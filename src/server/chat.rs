@@ -1,7 +1,7 @@
 //! `POST /v1/chat/completions`: a validated request ([`super::validate`])
 //! runs as a rollout, bounded by the request deadline and the shutdown grace
-//! period, observed for metrics ([`super::observe`]) and rendered
-//! ([`super::render`]) as SSE chunks or one JSON response.
+//! period, observed for metrics (`observe`) and rendered
+//! (`render`) as SSE chunks or one JSON response.
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -1,8 +1,8 @@
 //! The HTTP surface (axum). Each endpoint parses, calls the core through a
 //! trait, and renders; the core never sees HTTP types. The files follow a
 //! request's path: [`listen`] (connections) → [`ops`] (keys, limits,
-//! metrics) → [`json`] (the body) → [`validate`] → [`chat`] (the rollout,
-//! observed by [`observe`]) → [`render`] (chunks or one response); [`state`]
+//! metrics) → `json` (the body) → [`validate`] → [`chat`] (the rollout,
+//! observed by `observe`) → `render` (chunks or one response); [`state`]
 //! is what every handler shares, [`error`] the error shape, [`openai`] the
 //! wire types, [`api_doc`] the OpenAPI document.
 //!
@@ -17,17 +17,17 @@
 //! limits concurrent chat/`/retrieve` requests, and counts requests per route.
 
 pub mod api_doc;
-pub mod chat;
+pub(crate) mod chat;
 pub mod error;
 pub(crate) mod json;
-pub mod listen;
+pub(crate) mod listen;
 pub(crate) mod observe;
 pub mod openai;
-pub mod ops;
+pub(crate) mod ops;
 pub(crate) mod render;
-pub mod retrieve;
-pub mod state;
-pub mod validate;
+pub(crate) mod retrieve;
+pub(crate) mod state;
+pub(crate) mod validate;
 
 pub use listen::run;
 pub use state::AppState;

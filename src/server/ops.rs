@@ -217,7 +217,7 @@ pub async fn track(State(state): State<Arc<AppState>>, request: Request, next: N
     hold_until_body_ends(response, record)
 }
 
-/// Middleware: `Authorization: Bearer KEY` on every path but [`OPEN_PATHS`]
+/// Middleware: `Authorization: Bearer KEY` on every path but `OPEN_PATHS`
 /// and the docs, when keys are configured; 401 otherwise.
 pub async fn authenticate(
     State(state): State<Arc<AppState>>,

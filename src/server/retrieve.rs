@@ -1,6 +1,6 @@
 //! `POST /retrieve`: seeker's search as a Search-R1-style retriever, so other
 //! projects' rollout loops (Search-R1, RAG-R1 and their forks) can use it
-//! unchanged. Protocol: PROTOCOLS.md §1 and [`crate::search::retriever`].
+//! unchanged. Protocol: `docs/protocols.md` §1 and [`crate::search::retriever`].
 //!
 //! The queries go to the server's default backend through the dispatcher
 //! (limits, deadlines, shared cache). Documents come back as
@@ -43,7 +43,7 @@ pub struct RetrieveResponseBody {
 }
 
 /// Searches every query at once on the default backend, answering in the
-/// Search-R1 retriever protocol (PROTOCOLS.md §1).
+/// Search-R1 retriever protocol (`docs/protocols.md` §1).
 #[utoipa::path(post, path = "/retrieve", tag = "search", security(("bearer" = [])),
     request_body(content = RetrieveRequest, content_type = "application/json"),
     responses(

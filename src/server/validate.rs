@@ -1,5 +1,5 @@
 //! Chat request validation: a [`ChatCompletionRequest`] as sent becomes a
-//! [`Validated`] request for this server, its defaults resolved (policy,
+//! `Validated` request for this server, its defaults resolved (policy,
 //! search backend, token budget) once, here.
 
 use std::sync::Arc;

@@ -1,13 +1,23 @@
 //! Integration tests, one binary (it links mistral.rs once).
 //! - `rollout`: the search loop with a scripted engine and an in-memory backend.
+//! - `protocols`: every shipped profile through the loop: golden two-round
+//!   transcripts, one test per failure kind of search-loop implementations.
+//! - `splice`: every profile's splices against golden files written by the
+//!   policies' reference code (`tests/fixtures/splices/make_fixtures.py`).
+//! - `backends`: the dispatcher and every search backend (tantivy index, web
+//!   APIs against fake servers, a real searx, the retriever protocol).
 //! - `http`: the API surface through the router, no model needed.
-//! - `ops`: keys, CORS, limits, deadline, shutdown, cancellation, metrics over TCP.
+//! - `ops`: keys, CORS, limits, deadlines, shutdown, cancellation, metrics over TCP.
+//! - `prepare`: weight copies of the default GGUF (`seeker model prepare`).
 //! - `startup`: the real binary started, loaded, and stopped by signals while
 //!   requests arrive; `seeker index` and `seeker eval` stopped by signals.
 //! - `faults`: faults found by attacking the running server, through the real
 //!   binary and model.
 //! - `e2e`: the real binary, the real default GGUF and corpus (fetch them first
 //!   with `scripts/fetch-defaults.sh --no-index`).
+//! - `common`: shared helpers.
+//!
+//! `SEEKER_TEST_BIN=PATH` runs the real-binary tests against another build.
 
 mod backends;
 mod common;
