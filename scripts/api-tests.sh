@@ -1,15 +1,33 @@
 #!/usr/bin/env bash
 # API contract tests, as a client sees the server:
 # 1. the official `openai` Python client (tests/python/test_openai_client.py);
-# 2. schemathesis against /openapi.json: no 5xx, every status, content type,
+# 2. the web UI in headless Chromium through Selenium (tests/python/test_web_ui.py;
+#    a screenshot of a finished rollout lands in target/ui-artifacts/);
+# 3. schemathesis against /openapi.json: no 5xx, every status, content type,
 #    header and body as the spec says.
-# Both run against `cargo run --example api_server` (the real HTTP server with
+# All run against `cargo run --example api_server` (the real HTTP server with
 # a scripted policy, so hundreds of requests take seconds) with an API key set.
 # Installs the pinned Python packages in target/api-venv (a virtualenv, or a
-# package directory when python3 has no venv module). Needs the default
-# data and index (scripts/fetch-defaults.sh, run here, fetches and builds them).
+# package directory when python3 has no venv module), and Debian's chromium and
+# chromium-driver when chromedriver is missing. Needs the default data and
+# index (scripts/fetch-defaults.sh, run here, fetches and builds them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    echo "installing Debian's chromium and chromium-driver (for the web UI tests)"
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo apt-get update -qq
+        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver
+    else
+        echo "error: chromium or chromedriver is missing and this user cannot install packages;" >&2
+        echo "       run: apt-get install -y --no-install-recommends chromium chromium-driver" >&2
+        exit 1
+    fi
+fi
 
 VENV=target/api-venv
 # A virtualenv when python3 can make one; otherwise (no venv/ensurepip module)

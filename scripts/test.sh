@@ -5,7 +5,9 @@
 #    backend test runs a real, offline searx over the default corpus;
 # 3. runs `cargo test --locked` with any extra arguments given;
 # 4. without arguments, also the API contract tests (scripts/api-tests.sh:
-#    the official `openai` Python client and schemathesis, in a virtualenv).
+#    the official `openai` Python client, the web UI in headless Chromium and
+#    schemathesis, in a virtualenv; it installs Debian's `chromium` and
+#    `chromium-driver` if they are missing, as searx is installed here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
