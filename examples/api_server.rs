@@ -130,10 +130,6 @@ impl ScriptedPolicy {
 
 #[async_trait]
 impl Engine for ScriptedPolicy {
-    fn model_id(&self) -> &str {
-        self.search.model_id()
-    }
-
     fn special_tokens(&self) -> &[String] {
         self.search.special_tokens()
     }

@@ -62,7 +62,6 @@ async fn main() -> anyhow::Result<()> {
         _ => ActivationDtype::Auto,
     };
     let engine = MistralEngine::load(&MistralConfig {
-        model_id: "bench".into(),
         gguf: args.gguf.clone(),
         dtype,
         max_num_seqs: 1,

@@ -68,10 +68,6 @@ struct Timed {
 
 #[async_trait]
 impl Engine for Timed {
-    fn model_id(&self) -> &str {
-        self.inner.model_id()
-    }
-
     fn special_tokens(&self) -> &[String] {
         self.inner.special_tokens()
     }
@@ -155,7 +151,6 @@ async fn main() -> anyhow::Result<()> {
     };
     let engine = Arc::new(
         MistralEngine::load(&MistralConfig {
-            model_id: "bench".into(),
             gguf: args.gguf.clone(),
             dtype: ActivationDtype::F32,
             max_num_seqs: 1,

@@ -98,7 +98,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     println!("seeker listening on http://{addr}");
 
     let mistral = MistralConfig {
-        model_id: config.model.id.clone(),
         gguf: config.model.gguf.clone(),
         dtype: config.model.dtype,
         max_num_seqs: config.model.max_num_seqs,

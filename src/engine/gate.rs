@@ -39,10 +39,6 @@ impl<E: Engine> Gated<E> {
 
 #[async_trait]
 impl<E: Engine> Engine for Gated<E> {
-    fn model_id(&self) -> &str {
-        self.inner.model_id()
-    }
-
     fn special_tokens(&self) -> &[String] {
         self.inner.special_tokens()
     }

@@ -75,8 +75,6 @@ impl ActivationDtype {
 /// How to load the embedded model.
 #[derive(Clone, Debug)]
 pub struct MistralConfig {
-    /// Model id served in `/v1/models`.
-    pub model_id: String,
     /// Path to the GGUF file (tokenizer and chat template are read from it).
     pub gguf: PathBuf,
     pub dtype: ActivationDtype,
@@ -95,7 +93,6 @@ pub struct MistralConfig {
 /// See the module documentation.
 pub struct MistralEngine {
     model: Arc<mistralrs::Model>,
-    model_id: String,
     max_seq_len: Option<usize>,
     /// The GGUF tokenizer's control tokens ([`super::prepare::special_tokens`]).
     special_tokens: Vec<String>,
@@ -183,7 +180,6 @@ impl MistralEngine {
         let max_seq_len = model.max_sequence_length().ok().flatten();
         Ok(Self {
             model: Arc::new(model),
-            model_id: config.model_id.clone(),
             max_seq_len,
             special_tokens,
         })
@@ -286,10 +282,6 @@ fn best_device() -> Result<Device, EngineError> {
 
 #[async_trait]
 impl Engine for MistralEngine {
-    fn model_id(&self) -> &str {
-        &self.model_id
-    }
-
     fn special_tokens(&self) -> &[String] {
         &self.special_tokens
     }

@@ -102,9 +102,6 @@ pub struct Generation {
 /// A text generator the search loop drives. See the module documentation.
 #[async_trait]
 pub trait Engine: Send + Sync {
-    /// The model id clients use (`/v1/models`).
-    fn model_id(&self) -> &str;
-
     /// Strings the tokenizer reads as special (control) tokens wherever they
     /// appear in text, e.g. `<|im_start|>` for ChatML models. The rollout
     /// defuses them in message contents and documents, so that only the chat

@@ -96,10 +96,6 @@ impl ScriptedEngine {
 
 #[async_trait]
 impl Engine for ScriptedEngine {
-    fn model_id(&self) -> &str {
-        "scripted"
-    }
-
     fn special_tokens(&self) -> &[String] {
         &self.special_tokens
     }

@@ -61,6 +61,12 @@ pub fn app(state: Arc<AppState>) -> Router {
     let limited = middleware::from_fn_with_state(Arc::clone(&state), ops::limit);
     let router = Router::new()
         .route("/", get(|| async { Html(INDEX_HTML) }))
+        // No icon: a 204 instead of a 404 (or a 401 when keys are set) in
+        // every browser's log.
+        .route(
+            "/favicon.ico",
+            get(|| async { axum::http::StatusCode::NO_CONTENT }),
+        )
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/models", get(models))

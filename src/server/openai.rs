@@ -210,6 +210,37 @@ pub struct Citation {
     pub backend: String,
 }
 
+/// A document of a `results` event: a [`Citation`] with the passage and
+/// the backend's score.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct SearchHit {
+    pub id: String,
+    pub title: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Search backend that returned it (`tantivy`).
+    pub backend: String,
+    /// The backend's score (BM25 for `tantivy`, 0 where a web API gives
+    /// none); higher is better.
+    pub score: f32,
+    /// The passage (a snippet for web backends), as spliced before the
+    /// profile's formatting.
+    pub text: String,
+}
+
+impl From<&Document> for SearchHit {
+    fn from(doc: &Document) -> Self {
+        Self {
+            id: doc.id.clone(),
+            title: doc.title.clone(),
+            url: doc.url.clone(),
+            backend: doc.backend.clone(),
+            score: doc.score,
+            text: doc.text.clone(),
+        }
+    }
+}
+
 /// seeker's extension object on the final message / last chunk.
 #[derive(Clone, Debug, Serialize, PartialEq, utoipa::ToSchema)]
 pub struct SeekerInfo {
@@ -247,11 +278,14 @@ pub enum SeekerEvent {
     /// profile's text for no query, an invalid action or a failed search), not
     /// generated.
     Splice,
-    /// One query's documents.
+    /// One query's documents, as the backend returned them (before the
+    /// profile's splice format).
     Results {
         round: usize,
         query: String,
-        documents: Vec<Citation>,
+        /// The backend that answered (or failed).
+        backend: String,
+        documents: Vec<SearchHit>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
         /// Bounded failure label: `timeout`, `rate_limited`, `http_status`,
@@ -370,4 +404,12 @@ pub struct ModelObject {
     pub policy: String,
     /// Every profile a request may name in `policy`.
     pub policies: Vec<String>,
+    /// Every search backend a request may name in `search.backend`.
+    pub search_backends: Vec<String>,
+    /// The backend of requests that name none.
+    pub default_search_backend: String,
+    /// `max_tokens` of a request that sets none.
+    pub max_tokens: usize,
+    /// The largest `max_tokens` a request may ask for.
+    pub max_tokens_limit: usize,
 }

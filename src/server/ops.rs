@@ -30,7 +30,7 @@ use crate::metrics::Metrics;
 pub const RETRY_AFTER_S: u64 = 1;
 
 /// Paths that never need a key: liveness, the web UI shell and the API docs.
-const OPEN_PATHS: &[&str] = &["/health", "/", "/openapi.json"];
+const OPEN_PATHS: &[&str] = &["/health", "/", "/favicon.ico", "/openapi.json"];
 
 /// Operational settings of a running server (from `[server]`).
 #[derive(Debug)]

@@ -14,7 +14,7 @@
 
 use super::openai::{
     ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Citation, Delta, ResponseMessage,
-    SeekerChunk, SeekerEvent, SeekerInfo, Usage,
+    SearchHit, SeekerChunk, SeekerEvent, SeekerInfo, Usage,
 };
 use crate::rollout::{RolloutEvent, RolloutOutcome};
 
@@ -107,7 +107,8 @@ impl ChunkWriter {
                 Some(SeekerEvent::Results {
                     round: r.round,
                     query: r.query,
-                    documents: r.documents.iter().map(Citation::from).collect(),
+                    backend: r.backend,
+                    documents: r.documents.iter().map(SearchHit::from).collect(),
                     error: r.error,
                     error_kind: r.error_kind,
                     cached: r.cached,
@@ -325,8 +326,10 @@ mod tests {
         assert_eq!(
             results["seeker"],
             json!({"event": {"type": "results", "round": 1, "query": "mona lisa", "cached": true,
-                "documents": [{"id": "7", "title": "Mona Lisa",
-                    "url": "https://example.org/mona", "backend": "tantivy"}]}})
+                "backend": "tantivy",
+                "documents": [{"id": "7", "title": "Mona Lisa", "url": "https://example.org/mona",
+                    "backend": "tantivy", "score": 3.5,
+                    "text": "A portrait by Leonardo da Vinci."}]}})
         );
         let failed = json(&w.event(RolloutEvent::Results(QueryRecord {
             round: 2,
@@ -340,6 +343,7 @@ mod tests {
         assert_eq!(failed["seeker"]["event"]["error"], "timed out");
         assert_eq!(failed["seeker"]["event"]["error_kind"], "timeout");
         assert_eq!(failed["seeker"]["event"]["documents"], json!([]));
+        assert_eq!(failed["seeker"]["event"]["backend"], "web");
     }
 
     #[test]

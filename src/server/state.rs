@@ -110,6 +110,15 @@ impl AppState {
             owned_by: "seeker".into(),
             policy: self.default_policy.clone(),
             policies: self.profiles.keys().cloned().collect(),
+            search_backends: self
+                .search
+                .backend_names()
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+            default_search_backend: self.search.default_backend().to_string(),
+            max_tokens: self.generation.max_tokens,
+            max_tokens_limit: self.generation.max_tokens_limit,
         }
     }
 }

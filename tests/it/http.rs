@@ -157,6 +157,20 @@ async fn streamed_completion_is_chunks_then_done_and_matches_non_streamed() {
         .filter_map(|c| c["seeker"]["event"]["type"].as_str())
         .collect();
     assert_eq!(events, ["search", "results", "splice"]);
+    // A results event carries what a UI shows of each document while the
+    // rollout runs: passage and score too.
+    let results = &chunks
+        .iter()
+        .find(|c| c["seeker"]["event"]["type"] == "results")
+        .unwrap()["seeker"]["event"];
+    assert_eq!(results["query"], "Mona Lisa painter");
+    assert_eq!(results["backend"], "static");
+    assert_eq!(results["documents"][0]["title"], "Mona Lisa");
+    assert_eq!(
+        results["documents"][0]["text"],
+        "A portrait by Leonardo da Vinci."
+    );
+    assert!(results["documents"][0]["score"].is_number());
     let splice = chunks
         .iter()
         .find(|c| c["seeker"]["event"]["type"] == "splice")
@@ -193,6 +207,19 @@ async fn models_answers_to_its_id_and_default_only() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["data"][0]["id"], "test-model");
     assert_eq!(v["data"][0]["policy"], "search-r1");
+    // What a client (the web UI) needs to fill its request settings.
+    assert_eq!(v["data"][0]["search_backends"], json!(["static"]));
+    assert_eq!(v["data"][0]["default_search_backend"], "static");
+    let generation = GenerationConfig::default();
+    assert_eq!(v["data"][0]["max_tokens"], generation.max_tokens);
+    assert_eq!(
+        v["data"][0]["max_tokens_limit"],
+        generation.max_tokens_limit
+    );
+    assert!(v["data"][0]["policies"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("rag-r1-mq")));
     for id in ["test-model", "default"] {
         let (status, _) = send(state(None), "GET", &format!("/v1/models/{id}"), "").await;
         assert_eq!(status, StatusCode::OK);

@@ -213,6 +213,13 @@ async fn api_keys_guard_everything_but_health_and_docs() {
         let r = client.get(format!("{url}{open}")).send().await.unwrap();
         assert_eq!(r.status(), 200, "{open}");
     }
+    // Browsers ask for an icon without the page's key: an empty answer.
+    let r = client
+        .get(format!("{url}/favicon.ico"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
     assert_eq!(
         server
             .state
