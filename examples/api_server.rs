@@ -7,11 +7,15 @@
 //! answer ("Leonardo da Vinci"). Which script a round plays is read from its
 //! prompt, so every request gets the same two rounds whatever ran before or
 //! at the same time (a request cancelled half-way leaves nothing behind):
+//! - the conversation says "search for nothing" and the prompt holds no
+//!   search call yet: the search call `<search> zzqxv </search>` (a word the
+//!   index does not hold), then the scripts below;
+//! - the conversation says "think slowly": reasoning that streams one piece
+//!   every 100 ms for 30 s (for the web UI's Stop test and what it shows
+//!   while a rollout runs);
 //! - the prompt already holds the search call: the answer; when the
 //!   conversation asks to "cite your sources", the answer carries a citation
 //!   marker (`Leonardo da Vinci [1]`);
-//! - the conversation says "think slowly": reasoning that streams one piece
-//!   every 100 ms for 30 s (for the web UI's Stop test);
 //! - the conversation says "search widely": the search call
 //!   `<search> Mona Lisa painter, zzqxv, Louvre museum, Leonardo da Vinci </search>`
 //!   (four queries for profiles that split on `,`, such as `rag-r1-mq`);
@@ -60,11 +64,14 @@ const SEARCH_CALL: &str = "<search> Mona Lisa painter </search>";
 /// The same for the "search widely" variant.
 const WIDE_SEARCH_CALL: &str =
     "<search> Mona Lisa painter, zzqxv, Louvre museum, Leonardo da Vinci </search>";
+/// The same for the "search for nothing" variant: no document matches.
+const NOTHING_SEARCH_CALL: &str = "<search> zzqxv </search>";
 
 /// The scripted policy: one [`ScriptedEngine`] per script, picked by prompt.
 struct ScriptedPolicy {
     search: ScriptedEngine,
     wide_search: ScriptedEngine,
+    nothing_search: ScriptedEngine,
     answer: ScriptedEngine,
     cited_answer: ScriptedEngine,
     slow: ScriptedEngine,
@@ -90,6 +97,12 @@ impl ScriptedPolicy {
                 "</think>\n",
                 WIDE_SEARCH_CALL,
             ])),
+            nothing_search: once(texts(&[
+                "<think>",
+                "I should search for nothing.",
+                "</think>\n",
+                NOTHING_SEARCH_CALL,
+            ])),
             answer: once(texts(&[
                 "<think>",
                 "The documents say Leonardo.",
@@ -112,9 +125,14 @@ impl ScriptedPolicy {
 
     fn pick(&self, prompt: &str) -> &ScriptedEngine {
         let lower = prompt.to_lowercase();
-        if lower.contains("think slowly") {
+        if lower.contains("search for nothing") && !prompt.contains(NOTHING_SEARCH_CALL) {
+            &self.nothing_search
+        } else if lower.contains("think slowly") {
             &self.slow
-        } else if !(prompt.contains(SEARCH_CALL) || prompt.contains(WIDE_SEARCH_CALL)) {
+        } else if ![SEARCH_CALL, WIDE_SEARCH_CALL, NOTHING_SEARCH_CALL]
+            .iter()
+            .any(|call| prompt.contains(call))
+        {
             if lower.contains("search widely") {
                 &self.wide_search
             } else {

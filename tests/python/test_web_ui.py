@@ -3,15 +3,18 @@
 Run by scripts/api-tests.sh against `cargo run --example api_server`: the real
 server with a scripted policy (round 1 searches "Mona Lisa painter" on the
 real index, round 2 answers "Leonardo da Vinci", or "Leonardo da Vinci [1]"
-when asked to cite its sources; "search widely" writes four queries; "think
-slowly" streams for 30 s) and extra
-search backends `fixture` (documents full of markup), `broken` (fails) and
-`empty` (no documents). SEEKER_URL is the server root; SEEKER_KEY the API key
-it requires. Needs Debian's chromium and chromium-driver (CHROMIUM and
-CHROMEDRIVER override their paths). A screenshot of a finished two-round
-rollout is saved to target/ui-artifacts/.
+when asked to cite its sources; "search widely" writes four queries; "search
+for nothing" searches a word no document holds; "think slowly" streams
+reasoning for 30 s instead, after the question search of a prefetch profile or
+after "search for nothing") and extra search backends `fixture` (documents
+full of markup, scores 3.5, 2.25 and 1), `broken` (fails) and `empty` (no
+documents). SEEKER_URL is the server root; SEEKER_KEY the API key it requires.
+Needs Debian's chromium and chromium-driver (CHROMIUM and CHROMEDRIVER override
+their paths). A screenshot of a finished two-round rollout is saved to
+target/ui-artifacts/.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -39,8 +42,9 @@ WAIT_S = 10
 MARKUP_TITLE = "<script>window.__seekerXss = 'script'; alert(1)</script>Mona Lisa <b>(markup)</b>"
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextlib.contextmanager
+def chromium():
+    """Headless Chromium with a fresh profile (so nothing is cached), its console logged."""
     missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not shutil.which(p)]
     if missing:
         pytest.fail(f"{' and '.join(missing)} missing: apt-get install chromium chromium-driver")
@@ -54,10 +58,19 @@ def browser():
         f"--user-data-dir={profile}",
     ]:
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as driver:
+        yield driver
 
 
 @pytest.fixture
@@ -107,10 +120,26 @@ def texts(driver, selector):
     return [e.text for e in driver.find_elements(By.CSS_SELECTOR, selector)]
 
 
-def metrics():
-    request = urllib.request.Request(f"{URL}/metrics", headers={"Authorization": f"Bearer {KEY}"})
+def get(path):
+    request = urllib.request.Request(f"{URL}{path}", headers={"Authorization": f"Bearer {KEY}"})
     with urllib.request.urlopen(request) as r:
         return r.read().decode()
+
+
+def metrics():
+    return get("/metrics")
+
+
+def record_requests(driver):
+    """From now on window.__bodies collects the chat request bodies the page sends."""
+    driver.execute_script("""
+        window.__bodies = [];
+        const original = window.fetch;
+        window.fetch = function (url, options) {
+          if (String(url).endsWith('/v1/chat/completions')) window.__bodies.push(JSON.parse(options.body));
+          return original.apply(this, arguments);
+        };
+    """)
 
 
 def metric(name, labels=""):
@@ -191,6 +220,104 @@ def test_two_round_rollout_shows_searches_documents_and_a_cited_answer(page):
     wait(page).until(lambda d: d.execute_script("return (document.querySelector(':target') || {}).id") == "turn-1-doc-3")
 
 
+def test_settings_offer_what_the_server_serves_and_are_sent(page):
+    model = json.loads(get("/v1/models"))["data"][0]
+    assert {"tantivy", "fixture", "broken", "empty"} <= set(model["search_backends"])
+    options = page.find_elements(By.CSS_SELECTOR, "#backend option")
+    assert [o.get_attribute("value") for o in options] == ["", *model["search_backends"]]
+    assert options[0].get_attribute("textContent") == "server default (tantivy)"
+    assert model["default_search_backend"] == "tantivy"
+    max_tokens = page.find_element(By.ID, "max-tokens")
+    assert max_tokens.get_attribute("placeholder") == f"server default ({model['max_tokens']})"
+    assert max_tokens.get_attribute("max") == str(model["max_tokens_limit"])
+
+    # The backend chosen is the one the request names, and the one that answers.
+    record_requests(page)
+    settings(page, backend="fixture", **{"max-tokens": "300"})
+    ask(page, "Who painted the Mona Lisa?")
+    assert finished(page) == "done"
+    card = page.find_element(By.CSS_SELECTOR, "#turn-1 .query-card")
+    assert card.find_element(By.CSS_SELECTOR, ".badge.backend").text == "fixture"
+    # Back to the server's default: the request names no backend, tantivy answers.
+    settings(page, backend="", **{"max-tokens": ""})
+    ask(page, "Who painted the Mona Lisa?")
+    assert finished(page, turn=2) == "done"
+    card = page.find_element(By.CSS_SELECTOR, "#turn-2 .query-card")
+    assert card.find_element(By.CSS_SELECTOR, ".badge.backend").text == "tantivy"
+    bodies = page.execute_script("return window.__bodies")
+    assert bodies[0]["search"] == {"backend": "fixture"} and bodies[0]["max_tokens"] == 300
+    assert "search" not in bodies[1] and "max_tokens" not in bodies[1]
+
+
+def slow_rollout(driver, backend, turn=1):
+    """Starts a rollout whose question search runs on `backend`, then the model
+    thinks for 30 s; returns the question search's card once the thinking shows."""
+    settings(driver, policy="search-r1-prefetch", backend=backend)
+    ask(driver, "Think slowly: who painted the Mona Lisa?")
+    wait(driver).until(lambda d: "Step 2." in d.find_element(
+        By.CSS_SELECTOR, f"#turn-{turn} li.round[data-round='1'] .reasoning-text").text)
+    assert not driver.find_elements(By.CSS_SELECTOR, f"#turn-{turn}[data-state]"), "the rollout still runs"
+    return driver.find_element(By.CSS_SELECTOR, f"#turn-{turn} li.round[data-round='0'] .query-card")
+
+
+def stop(driver, turn=1):
+    driver.find_element(By.ID, "stop").click()
+    assert finished(driver, turn) == "stopped"
+    wait(driver, 5).until(lambda _: metric("seeker_requests_in_flight") == 0)
+
+
+def test_documents_show_passage_score_and_backend_while_the_rollout_runs(page):
+    record_requests(page)
+    card = slow_rollout(page, "fixture")
+    assert card.find_element(By.CSS_SELECTOR, ".badge.backend").text == "fixture"
+    metas = texts(card, ".doc-meta")
+    snippets = texts(card, ".snippet")
+    assert len(metas) == 3 and metas[0].startswith("score 3.50 · fixture · id fixture-1"), metas
+    assert metas[1].startswith("score 2.25 · fixture · id fixture-2"), metas
+    assert snippets[0].startswith("Leonardo da Vinci painted it. <img src=x"), snippets
+    assert snippets[1] == "This document's URL runs script if it is made a link."
+    assert page.execute_script("return window.__bodies")[0]["search"] == {"backend": "fixture"}
+
+    stop(page)
+    # What came live stays.
+    assert texts(card, ".doc-meta") == metas and texts(card, ".snippet") == snippets
+
+
+def test_failed_and_empty_searches_name_their_backend_while_the_rollout_runs(page):
+    # Nothing found by the server's default backend, which the request did not name.
+    ask(page, "Search for nothing, then think slowly.")
+    wait(page).until(lambda d: "Step 2." in d.find_element(
+        By.CSS_SELECTOR, "#turn-1 li.round[data-round='2'] .reasoning-text").text)
+    assert not page.find_elements(By.CSS_SELECTOR, "#turn-1[data-state]"), "the rollout still runs"
+    card = page.find_element(By.CSS_SELECTOR, "#turn-1 li.round[data-round='1'] .query-card")
+    assert card.find_element(By.CSS_SELECTOR, ".q").text == "“zzqxv”"
+    assert card.find_element(By.CSS_SELECTOR, ".no-results").is_displayed()
+    assert card.find_element(By.CSS_SELECTOR, ".badge.backend").text == "tantivy"
+    stop(page)
+    # A failure.
+    card = slow_rollout(page, "broken", turn=2)
+    assert card.find_element(By.CSS_SELECTOR, ".badge.backend").text == "broken"
+    assert "always fails" in card.find_element(By.CSS_SELECTOR, ".failure").text
+    stop(page, turn=2)
+
+
+def test_the_page_loads_without_console_errors():
+    def icon_requests():
+        return metric("seeker_http_request_duration_seconds_count", 'route="/favicon.ico"')
+
+    before = icon_requests()
+    # A fresh browser, which has asked this server for nothing yet.
+    with chromium() as driver:
+        driver.get(f"{URL}/health")
+        driver.execute_script("localStorage.setItem('seeker-key', arguments[0])", KEY)
+        driver.get(f"{URL}/")
+        wait(driver).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#backend option")) > 1)
+        # The browser asks for /favicon.ico (the page declares no icon); it needs no key.
+        wait(driver).until(lambda _: icon_requests() > before)
+        errors = [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+        assert not errors
+
+
 def test_document_markup_is_shown_as_text_and_runs_nothing(page):
     settings(page, backend="fixture")
     ask(page, "Who painted the Mona Lisa?")
@@ -232,6 +359,7 @@ def test_failures_and_empty_results_are_shown_as_such(page):
     assert finished(page) == "done"
     card = page.find_element(By.CSS_SELECTOR, "#turn-1 .query-card")
     assert "failed" in texts(card, ".badge")
+    assert card.find_element(By.CSS_SELECTOR, ".badge.backend").text == "broken"
     failure = card.find_element(By.CSS_SELECTOR, ".failure").text
     assert failure.startswith("Search failed (backend):") and "always fails" in failure, failure
     assert not card.find_elements(By.CSS_SELECTOR, ".doc")
@@ -243,6 +371,7 @@ def test_failures_and_empty_results_are_shown_as_such(page):
     assert finished(page, turn=2) == "done"
     card = page.find_element(By.CSS_SELECTOR, "#turn-2 .query-card")
     assert card.find_element(By.CSS_SELECTOR, ".no-results").text.startswith("No results")
+    assert card.find_element(By.CSS_SELECTOR, ".badge.backend").text == "empty"
     assert not page.find_elements(By.CSS_SELECTOR, "#turn-2 .failure")
     assert not page.find_elements(By.CSS_SELECTOR, "#turn-2 .sources a.chip")
 
@@ -275,6 +404,8 @@ def test_a_multi_query_call_shows_its_notes_and_one_card_per_query(page):
     assert len(cards[0].find_elements(By.CSS_SELECTOR, ".doc")) == 3
     assert cards[1].find_element(By.CSS_SELECTOR, ".no-results").is_displayed()
     assert not cards[1].find_elements(By.CSS_SELECTOR, ".doc")
+    # The backend that found nothing is named, though the request named none.
+    assert [c.find_element(By.CSS_SELECTOR, ".badge.backend").text for c in cards] == ["tantivy"] * 3
     assert texts(cards[2], ".doc-title")[0] == "Louvre"
     # A document found by two queries keeps its number; links go to its first card.
     first = {d.find_element(By.CSS_SELECTOR, ".doc-title").text: d for d in cards[0].find_elements(By.CSS_SELECTOR, ".doc")}
@@ -318,13 +449,8 @@ def test_stop_cancels_the_rollout_on_the_server(page):
 
 
 def test_multi_turn_sends_the_earlier_turns_and_copies_them(page):
+    record_requests(page)
     page.execute_script("""
-        window.__bodies = [];
-        const original = window.fetch;
-        window.fetch = function (url, options) {
-          if (String(url).endsWith('/v1/chat/completions')) window.__bodies.push(JSON.parse(options.body));
-          return original.apply(this, arguments);
-        };
         window.__copied = [];
         Object.defineProperty(navigator.clipboard, 'writeText',
           {value: (text) => { window.__copied.push(text); return Promise.resolve(); }});
