@@ -99,6 +99,7 @@ async fn main() -> anyhow::Result<()> {
         temperature: None,
         top_p: None,
         stop: Vec::new(),
+        session: None,
     };
     for run in 0..args.runs {
         let started = Instant::now();
@@ -114,6 +115,7 @@ async fn main() -> anyhow::Result<()> {
                     text.push_str(&t);
                 }
                 EngineEvent::Done(_) => break,
+                EngineEvent::Prompt { .. } => {}
             }
         }
         let end = Instant::now();

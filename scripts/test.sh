@@ -3,8 +3,11 @@
 # 1. fetches the default model, corpus and FanOutQA (scripts/fetch-defaults.sh);
 # 2. installs Debian's `searx` package if `searx-run` is missing: the SearXNG
 #    backend test runs a real, offline searx over the default corpus;
-# 3. runs `cargo test --locked` with any extra arguments given;
-# 4. without arguments, also the API contract tests (scripts/api-tests.sh:
+# 3. installs the pinned `xllamacpp` wheel (a prebuilt llama.cpp server) into
+#    target/llama-venv (scripts/llama-venv.sh): the remote-engine tests run
+#    real llama.cpp servers;
+# 4. runs `cargo test --locked` with any extra arguments given;
+# 5. without arguments, also the API contract tests (scripts/api-tests.sh:
 #    the official `openai` Python client, the web UI in headless Chromium and
 #    schemathesis, in a virtualenv; it installs Debian's `chromium` and
 #    `chromium-driver` if they are missing, as searx is installed here).
@@ -27,6 +30,9 @@ if ! command -v searx-run >/dev/null 2>&1; then
         exit 1
     fi
 fi
+
+SEEKER_LLAMA_PYTHON=$(scripts/llama-venv.sh)
+export SEEKER_LLAMA_PYTHON
 
 cargo test --locked "$@"
 

@@ -109,14 +109,49 @@ impl ServerConfig {
     }
 }
 
-/// `[model]`: the embedded policy model.
+/// Which engine runs the policy.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// mistral.rs in this process, on `model.gguf` (the default).
+    #[default]
+    Embedded,
+    /// Inference servers at `model.remote_urls` (vLLM, SGLang, llama-server)
+    /// through `/v1/completions`; `engine::remote`.
+    Remote,
+}
+
+/// `[model]`: the policy model and the engine that runs it.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelConfig {
     /// Id served in `/v1/models` (the alias `default` also works).
     pub id: String,
-    /// GGUF file with weights, tokenizer and chat template.
+    /// `embedded` (mistral.rs, default) or `remote`.
+    pub engine: EngineKind,
+    /// GGUF file with weights, tokenizer and chat template. With the remote
+    /// engine only its chat template and control tokens are read, unless
+    /// `tokenizer_config` is set.
     pub gguf: PathBuf,
+    /// Remote engine: base URL of each replica (`http://gpu1:8000`). A
+    /// rollout stays on one replica; new rollouts go to the least busy.
+    pub remote_urls: Vec<String>,
+    /// Remote engine: the model name sent to the servers; empty = the first
+    /// model the first reachable server lists at `/v1/models`.
+    pub remote_model: String,
+    /// Remote engine: environment variable holding the servers' API key
+    /// (sent as `Authorization: Bearer`); unset or empty = none.
+    pub remote_api_key_env: String,
+    /// Remote engine: seconds to open a connection to a replica.
+    pub remote_connect_timeout_s: u64,
+    /// Remote engine: the longest silence from a replica in seconds (to its
+    /// first token, a long prefill included, and between tokens); past it
+    /// the round moves to another replica.
+    pub remote_read_timeout_s: u64,
+    /// Remote engine: a Hugging Face `tokenizer_config.json` to take the chat
+    /// template and control tokens from instead of `gguf` (for servers that
+    /// run safetensors checkpoints). Empty = `gguf`.
+    pub tokenizer_config: PathBuf,
     /// Activation dtype; `f32` is the fastest on CPU (`bench/README.md`).
     pub dtype: ActivationDtype,
     /// Sequences the engine runs at once. 1 (the default) serves requests one
@@ -140,7 +175,14 @@ impl Default for ModelConfig {
     fn default() -> Self {
         Self {
             id: "SmolLM2-135M-Instruct".into(),
+            engine: EngineKind::Embedded,
             gguf: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            remote_urls: Vec::new(),
+            remote_model: String::new(),
+            remote_api_key_env: "SEEKER_REMOTE_API_KEY".into(),
+            remote_connect_timeout_s: 5,
+            remote_read_timeout_s: 300,
+            tokenizer_config: PathBuf::new(),
             dtype: ActivationDtype::F32,
             max_num_seqs: 1,
             weights: WeightFormat::Auto,
@@ -377,6 +419,28 @@ impl Config {
                 return Err(ConfigError::Invalid(format!(
                     "server.cors_origins: {origin:?} is not a valid origin"
                 )));
+            }
+        }
+        if self.model.engine == EngineKind::Remote {
+            if self.model.remote_urls.is_empty() {
+                return Err(ConfigError::Invalid(
+                    "model.engine = \"remote\" needs model.remote_urls (the servers' base URLs)"
+                        .into(),
+                ));
+            }
+            for url in &self.model.remote_urls {
+                let ok = reqwest::Url::parse(url)
+                    .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+                if !ok {
+                    return Err(ConfigError::Invalid(format!(
+                        "model.remote_urls: {url:?} is not an http(s) URL"
+                    )));
+                }
+            }
+            if self.model.remote_read_timeout_s == 0 {
+                return Err(ConfigError::Invalid(
+                    "model.remote_read_timeout_s must be at least 1".into(),
+                ));
             }
         }
         if self.generation.max_tokens == 0 || self.generation.max_tokens_limit == 0 {

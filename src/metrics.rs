@@ -69,6 +69,20 @@ pub struct Metrics {
     pub client_disconnects: IntCounterVec,
     /// `seeker_request_timeouts_total`: requests ended by the per-request deadline.
     pub request_timeouts: IntCounter,
+    /// `seeker_prompt_tokens_cached_total`: prompt tokens a remote engine
+    /// reported taking from its prefix cache instead of prefilling, per round.
+    pub prompt_tokens_cached: IntCounter,
+    /// `seeker_engine_requests_total{replica}`: generation requests sent to a
+    /// remote engine replica (a round re-run after a failure counts again).
+    pub engine_requests: IntCounterVec,
+    /// `seeker_engine_errors_total{replica,kind}`: failed requests to a
+    /// replica; `kind` = `connection`, `status`, `stream`, `timeout`.
+    pub engine_errors: IntCounterVec,
+    /// `seeker_engine_time_to_first_token_seconds{replica}`: from sending a
+    /// round to a replica to its first text.
+    pub engine_time_to_first_token: HistogramVec,
+    /// `seeker_engine_replicas_up`: replicas not marked down.
+    pub engine_replicas_up: IntGauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -198,6 +212,31 @@ impl Metrics {
                 "seeker_request_timeouts_total",
                 "Requests ended by the per-request deadline.",
             ),
+            prompt_tokens_cached: counter(
+                "seeker_prompt_tokens_cached_total",
+                "Prompt tokens a remote engine took from its prefix cache, per round.",
+            ),
+            engine_requests: counter_vec(
+                "seeker_engine_requests_total",
+                "Generation requests sent to a remote engine replica.",
+                &["replica"],
+            ),
+            engine_errors: counter_vec(
+                "seeker_engine_errors_total",
+                "Failed requests to a remote engine replica, by kind.",
+                &["replica", "kind"],
+            ),
+            engine_time_to_first_token: histogram_vec(
+                "seeker_engine_time_to_first_token_seconds",
+                "From sending a round to a remote engine replica to its first text.",
+                &["replica"],
+                LATENCY_BUCKETS,
+            ),
+            engine_replicas_up: IntGauge::new(
+                "seeker_engine_replicas_up",
+                "Remote engine replicas not marked down.",
+            )
+            .expect("valid gauge"),
         };
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.http_requests.clone()),
@@ -218,6 +257,11 @@ impl Metrics {
             Box::new(m.search_cache_hits.clone()),
             Box::new(m.client_disconnects.clone()),
             Box::new(m.request_timeouts.clone()),
+            Box::new(m.prompt_tokens_cached.clone()),
+            Box::new(m.engine_requests.clone()),
+            Box::new(m.engine_errors.clone()),
+            Box::new(m.engine_time_to_first_token.clone()),
+            Box::new(m.engine_replicas_up.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("metric names are unique");

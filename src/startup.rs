@@ -8,8 +8,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Config;
+use std::path::PathBuf;
+
+use crate::config::{Config, EngineKind};
+use crate::engine::chat_template::ChatTemplate;
 use crate::engine::mistral::{MistralConfig, MistralEngine};
+use crate::engine::remote::{RemoteConfig, RemoteEngine};
 use crate::profile::Profile;
 use crate::server::{run, AppState};
 
@@ -71,16 +75,35 @@ pub fn app_state(
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let state = Arc::new(app_state(&config, |var| std::env::var(var).ok())?);
     // Fail before listening when the model file is missing, not after.
-    anyhow::ensure!(
-        config.model.gguf.is_file(),
-        "model.gguf = {} is not a file (run scripts/fetch-defaults.sh, or set \
-         SEEKER_MODEL__GGUF)",
-        config.model.gguf.display()
-    );
-    let gguf = config.model.gguf.clone();
-    tokio::task::spawn_blocking(move || crate::engine::prepare::check_gguf(&gguf))
-        .await?
-        .map_err(|e| e.context("model.gguf is not a usable model"))?;
+    let remote = config.model.engine == EngineKind::Remote;
+    let template_source = if remote && !config.model.tokenizer_config.as_os_str().is_empty() {
+        TemplateSource::TokenizerConfig(config.model.tokenizer_config.clone())
+    } else {
+        anyhow::ensure!(
+            config.model.gguf.is_file(),
+            "model.gguf = {} is not a file (run scripts/fetch-defaults.sh, or set \
+             SEEKER_MODEL__GGUF{})",
+            config.model.gguf.display(),
+            if remote {
+                "; the remote engine reads its chat template, or set model.tokenizer_config"
+            } else {
+                ""
+            }
+        );
+        let gguf = config.model.gguf.clone();
+        tokio::task::spawn_blocking(move || crate::engine::prepare::check_gguf(&gguf))
+            .await?
+            .map_err(|e| e.context("model.gguf is not a usable model"))?;
+        TemplateSource::Gguf(config.model.gguf.clone())
+    };
+    // The remote engine's template is read now too: a broken one stops the
+    // start here, not after the server listens.
+    let remote_parts = if remote {
+        let source = template_source.clone();
+        Some(tokio::task::spawn_blocking(move || source.load()).await??)
+    } else {
+        None
+    };
 
     let listener = tokio::net::TcpListener::bind((config.server.host.as_str(), config.server.port))
         .await
@@ -122,7 +145,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         grace,
     ));
     let (gguf, weights) = (mistral.gguf.clone(), mistral.weights);
-    let mut load = tokio::spawn(load_engine(mistral, Arc::clone(&state)));
+    let mut load = match remote_parts {
+        None => tokio::spawn(load_engine(mistral, Arc::clone(&state))),
+        Some((template, special_tokens)) => tokio::spawn(connect_remote(
+            remote_config(&config),
+            template,
+            special_tokens,
+            Arc::clone(&state),
+        )),
+    };
 
     // Until the model is loaded (or fails to): a signal stops the server at
     // once, without waiting for the load (weight preparation and loading are
@@ -133,7 +164,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             tracing::info!("signal received while the model loads: stopping");
             let _ = stop_server.send(());
             load.abort();
-            crate::engine::prepare::discard_own_partial(&gguf, weights);
+            if !remote {
+                crate::engine::prepare::discard_own_partial(&gguf, weights);
+            }
             // Nothing but `/health`-style answers runs before the model is
             // loaded: a connection still open after a moment (a client that
             // sent half its headers or body) is not waited for.
@@ -171,6 +204,71 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 
 /// How long a signal during the model load waits for open connections.
 const LOADING_SHUTDOWN: Duration = Duration::from_secs(1);
+
+/// Where the remote engine's chat template and control tokens come from.
+#[derive(Clone, Debug)]
+enum TemplateSource {
+    Gguf(PathBuf),
+    TokenizerConfig(PathBuf),
+}
+
+impl TemplateSource {
+    /// The compiled template and the control tokens.
+    fn load(&self) -> anyhow::Result<(ChatTemplate, Vec<String>)> {
+        Ok(match self {
+            TemplateSource::Gguf(gguf) => (
+                ChatTemplate::from_gguf(gguf)?,
+                crate::engine::prepare::special_tokens(gguf)?,
+            ),
+            TemplateSource::TokenizerConfig(path) => (
+                ChatTemplate::from_tokenizer_config(path)?,
+                crate::engine::chat_template::special_tokens_of_tokenizer_config(path)?,
+            ),
+        })
+    }
+}
+
+/// The remote engine's settings from `[model]`, the API key read from the
+/// environment.
+fn remote_config(config: &Config) -> RemoteConfig {
+    let model = &config.model;
+    RemoteConfig {
+        urls: model.remote_urls.clone(),
+        model: (!model.remote_model.is_empty()).then(|| model.remote_model.clone()),
+        api_key: (!model.remote_api_key_env.is_empty())
+            .then(|| std::env::var(&model.remote_api_key_env).ok())
+            .flatten()
+            .filter(|k| !k.trim().is_empty()),
+        connect_timeout: Duration::from_secs(model.remote_connect_timeout_s.max(1)),
+        read_timeout: Duration::from_secs(model.remote_read_timeout_s.max(1)),
+    }
+}
+
+/// Connects to the remote engine's servers and hands the engine to `state`
+/// (`/health` turns 200 once a replica answers).
+async fn connect_remote(
+    remote: RemoteConfig,
+    template: ChatTemplate,
+    special_tokens: Vec<String>,
+    state: Arc<AppState>,
+) -> Result<(), crate::engine::EngineError> {
+    let started = std::time::Instant::now();
+    let engine = RemoteEngine::connect(
+        &remote,
+        template,
+        special_tokens,
+        Arc::clone(&state.metrics),
+    )
+    .await?;
+    tracing::info!(
+        replicas = %remote.urls.join(", "),
+        model = engine.model(),
+        seconds = started.elapsed().as_secs_f64(),
+        "remote engine ready"
+    );
+    state.set_engine(Arc::new(engine));
+    Ok(())
+}
 
 /// Loads the embedded model and hands it to `state` (`/health` turns 200).
 async fn load_engine(

@@ -10,9 +10,11 @@
 //! [`gate::Gated`] puts any engine behind a first-come, first-served gate.
 //! Dropping the receiver returned by [`Engine::generate`] cancels generation.
 
+pub mod chat_template;
 pub mod gate;
 pub mod mistral;
 pub mod prepare;
+pub mod remote;
 pub mod scripted;
 
 use async_trait::async_trait;
@@ -47,6 +49,10 @@ pub struct GenerationParams {
     /// Strings at which the engine may stop early. The search loop still cuts
     /// the text itself: mistral.rs stops one token late.
     pub stop: Vec<String>,
+    /// The rollout this generation belongs to (one id per rollout, the same
+    /// for all its rounds), so an engine with several replicas can keep a
+    /// rollout where its prefix is cached; `None` for a one-off generation.
+    pub session: Option<u64>,
 }
 
 impl GenerationParams {
@@ -71,6 +77,14 @@ pub enum EngineEvent {
     /// The next piece of decoded text (never a partial UTF-8 character) and
     /// how many tokens produced it (usually 1).
     Text { text: String, tokens: usize },
+    /// What the engine reports of the prompt once it has read it (remote
+    /// engines: the server's count, and how many of those tokens it took
+    /// from its prefix cache instead of prefilling); replaces
+    /// [`Generation::prompt_tokens`].
+    Prompt {
+        tokens: usize,
+        cached: Option<usize>,
+    },
     /// The last item: why it stopped.
     Done(EngineFinish),
 }
@@ -92,7 +106,8 @@ pub enum EngineError {
 /// One running generation. Dropping `events` cancels it.
 #[derive(Debug)]
 pub struct Generation {
-    /// Length of the prompt in tokens.
+    /// Length of the prompt in tokens (0 when the engine only learns it
+    /// later: then an [`EngineEvent::Prompt`] follows).
     pub prompt_tokens: usize,
     /// The continuation: [`EngineEvent::Text`] pieces, then one
     /// [`EngineEvent::Done`] (or an error).

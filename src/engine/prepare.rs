@@ -146,6 +146,35 @@ pub fn special_tokens(gguf: &Path) -> anyhow::Result<Vec<String>> {
     Ok(special)
 }
 
+/// What a chat template needs from a GGUF's metadata: the template source
+/// (`tokenizer.chat_template`) and the BOS and EOS token strings
+/// (`tokenizer.ggml.bos_token_id` / `eos_token_id` looked up in
+/// `tokenizer.ggml.tokens`), each `None` when absent.
+///
+/// # Errors
+/// `gguf` is not a readable GGUF.
+pub fn chat_template_parts(
+    gguf: &Path,
+) -> anyhow::Result<(Option<String>, Option<String>, Option<String>)> {
+    let content = read_header(gguf)?.0;
+    let meta = &content.metadata;
+    let template = meta
+        .get("tokenizer.chat_template")
+        .and_then(|v| v.to_string().ok().cloned());
+    let tokens = meta
+        .get("tokenizer.ggml.tokens")
+        .and_then(|v| v.to_vec().ok());
+    let token = |key: &str| -> Option<String> {
+        let id = meta.get(key)?.to_u32().ok()? as usize;
+        tokens?.get(id)?.to_string().ok().cloned()
+    };
+    Ok((
+        template,
+        token("tokenizer.ggml.bos_token_id"),
+        token("tokenizer.ggml.eos_token_id"),
+    ))
+}
+
 /// [`WeightFormat::Auto`] made concrete for `gguf` (other formats unchanged):
 /// F32 if every weight in F32 fits in [`AUTO_F32_LIMIT_BYTES`], else Q8_0.
 ///

@@ -184,6 +184,10 @@ pub struct RoundRecord {
     pub notes: Vec<String>,
     /// Per query, in order.
     pub results: Vec<QueryRecord>,
+    /// Prompt tokens the engine took from its prefix cache for this round
+    /// instead of prefilling them, when it reports that (remote engines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens_cached: Option<usize>,
     /// Tokens the engine generated this round.
     pub tokens_generated: usize,
 }
@@ -285,7 +289,14 @@ struct Rollout<'a> {
     bare_prompt: Option<PromptText>,
     /// The engine ran at least one round (otherwise usage is counted apart).
     engine_ran: bool,
+    /// This rollout's id for the engine ([`GenerationParams::session`]).
+    session: u64,
+    /// Cached prompt tokens the engine reported for the current round.
+    round_cached: Option<usize>,
 }
+
+/// Rollout ids, unique in this process.
+static NEXT_SESSION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<'a> Rollout<'a> {
     fn new(
@@ -313,6 +324,8 @@ impl<'a> Rollout<'a> {
             answer_open: false,
             bare_prompt: None,
             engine_ran: false,
+            session: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            round_cached: None,
         }
     }
 
@@ -436,6 +449,7 @@ impl<'a> Rollout<'a> {
                     temperature: self.request.temperature,
                     top_p: self.request.top_p,
                     stop: profile.stop_strings(),
+                    session: Some(self.session),
                 };
                 let prompt = format!("{}{}", self.transcript, scanner.kept_text());
                 let generation = tokio::select! {
@@ -485,6 +499,11 @@ impl<'a> Rollout<'a> {
                             self.usage.completion_tokens += tokens;
                             round_tokens += tokens;
                             scanner.push(&text, &mut scanned);
+                        }
+                        Some(Ok(EngineEvent::Prompt { tokens, cached })) => {
+                            self.usage.prompt_tokens =
+                                tokens.saturating_sub(self.generated_before_round);
+                            self.round_cached = cached;
                         }
                         Some(Ok(EngineEvent::Done(finish))) => {
                             scanner.finish(&mut scanned);
@@ -630,6 +649,11 @@ impl<'a> Rollout<'a> {
             notes: Vec::new(),
             results: Vec::new(),
             tokens_generated,
+            prompt_tokens_cached: if round > 0 {
+                self.round_cached.take()
+            } else {
+                None
+            },
         });
     }
 
@@ -779,6 +803,11 @@ impl<'a> Rollout<'a> {
             notes,
             results: records,
             tokens_generated: 0,
+            prompt_tokens_cached: if round > 0 {
+                self.round_cached.take()
+            } else {
+                None
+            },
         });
         Ok(splice)
     }

@@ -267,6 +267,7 @@ mod tests {
                 notes: Vec::new(),
                 results: Vec::new(),
                 tokens_generated: 12,
+                prompt_tokens_cached: None,
             }],
         }
     }

@@ -9,6 +9,8 @@
 //! - `http`: the API surface through the router, no model needed.
 //! - `ops`: keys, CORS, limits, deadlines, shutdown, cancellation, metrics over TCP.
 //! - `prepare`: weight copies of the default GGUF (`seeker model prepare`).
+//! - `remote`: the remote engine against real llama.cpp servers (xllamacpp)
+//!   and against in-test servers that fail.
 //! - `startup`: the real binary started, loaded, and stopped by signals while
 //!   requests arrive; `seeker index` and `seeker eval` stopped by signals.
 //! - `faults`: faults found by attacking the running server, through the real
@@ -27,6 +29,7 @@ mod http;
 mod ops;
 mod prepare;
 mod protocols;
+mod remote;
 mod rollout;
 mod splice;
 mod startup;

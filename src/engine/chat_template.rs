@@ -1,0 +1,229 @@
+//! The model's chat template, applied by seeker itself, so a transcript is
+//! byte-identical whichever engine continues it (the embedded one, or a
+//! remote server that only ever sees raw text).
+//!
+//! Templates are Jinja (Hugging Face `tokenizer_config.json` `chat_template`,
+//! or a GGUF's `tokenizer.chat_template`), rendered with minijinja the way
+//! mistral.rs 0.8.1 renders them (`mistralrs-core` `chat_template.rs`):
+//! `trim_blocks` and `lstrip_blocks` on (as `transformers` does), Python
+//! string methods (`.strip()`, `.startswith()`) through minijinja-contrib's
+//! `pycompat`, `raise_exception`, `strftime_now`, and the variables
+//! `messages`, `add_generation_prompt` (always true here), `bos_token`,
+//! `eos_token`.
+
+use std::path::Path;
+
+use minijinja::{context, Environment, Error, ErrorKind};
+
+use super::{ChatTurn, EngineError, Role};
+
+/// A compiled chat template with its special-token strings.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos: Option<String>,
+    eos: Option<String>,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source`.
+    ///
+    /// # Errors
+    /// [`EngineError::Load`] when the template does not parse.
+    pub fn new(
+        source: &str,
+        bos: Option<String>,
+        eos: Option<String>,
+    ) -> Result<Self, EngineError> {
+        // The same two rewrites mistral.rs applies before compiling.
+        let source = source.replace("[::-1]", "|reverse");
+        let range = regex::Regex::new(r"range\((?P<expr>[^,]+),\s*-1,\s*-1\)").expect("regex");
+        let source = range
+            .replace_all(&source, "range($expr)|reverse")
+            .into_owned();
+        let mut env = Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_lstrip_blocks(true);
+        env.set_trim_blocks(true);
+        env.add_function(
+            "raise_exception",
+            |message: String| -> Result<String, Error> {
+                Err(Error::new(ErrorKind::InvalidOperation, message))
+            },
+        );
+        env.add_function("strftime_now", |format: String| -> String {
+            chrono::Utc::now().format(&format).to_string()
+        });
+        env.add_template_owned("chat", source)
+            .map_err(|e| EngineError::Load(format!("chat template: {e}")))?;
+        Ok(Self { env, bos, eos })
+    }
+
+    /// The template of a GGUF file (`tokenizer.chat_template`).
+    ///
+    /// # Errors
+    /// An unreadable GGUF, no template in it, or one that does not parse.
+    pub fn from_gguf(gguf: &Path) -> Result<Self, EngineError> {
+        let (source, bos, eos) = super::prepare::chat_template_parts(gguf)
+            .map_err(|e| EngineError::Load(format!("{}: {e:#}", gguf.display())))?;
+        let source = source.ok_or_else(|| {
+            EngineError::Load(format!("{} has no tokenizer.chat_template", gguf.display()))
+        })?;
+        Self::new(&source, bos, eos)
+    }
+
+    /// The template of a Hugging Face `tokenizer_config.json`: its
+    /// `chat_template` (a string, or the entry named `default` of a list),
+    /// `bos_token` and `eos_token` (strings or `{"content": ...}` objects).
+    ///
+    /// # Errors
+    /// An unreadable file, no template in it, or one that does not parse.
+    pub fn from_tokenizer_config(path: &Path) -> Result<Self, EngineError> {
+        let load = |e: String| EngineError::Load(format!("{}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
+        let config: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| load(e.to_string()))?;
+        let source = match &config["chat_template"] {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Array(list) => list
+                .iter()
+                .find(|t| t["name"] == "default")
+                .and_then(|t| t["template"].as_str())
+                .map(str::to_string),
+            _ => None,
+        }
+        .ok_or_else(|| load("no chat_template".into()))?;
+        let token = |key: &str| match &config[key] {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+            _ => None,
+        };
+        Self::new(&source, token("bos_token"), token("eos_token"))
+    }
+
+    /// `messages` rendered, ending with the generation prompt of a new
+    /// assistant turn.
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when the template fails (it raised an
+    /// exception, e.g. for a role order it does not accept).
+    pub fn render(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
+        let messages: Vec<_> = messages
+            .iter()
+            .map(|m| {
+                let role = match m.role {
+                    Role::System => "system",
+                    Role::User => "user",
+                    Role::Assistant => "assistant",
+                };
+                context! { role => role, content => m.content }
+            })
+            .collect();
+        let template = self.env.get_template("chat").expect("compiled in new");
+        template
+            .render(context! {
+                messages => messages,
+                add_generation_prompt => true,
+                bos_token => self.bos,
+                eos_token => self.eos,
+            })
+            .map_err(|e| EngineError::Internal(format!("chat template: {e}")))
+    }
+}
+
+/// The control tokens of a Hugging Face `tokenizer_config.json`: the
+/// `content` of every `added_tokens_decoder` entry marked `special`, sorted.
+///
+/// # Errors
+/// An unreadable or malformed file.
+pub fn special_tokens_of_tokenizer_config(path: &Path) -> Result<Vec<String>, EngineError> {
+    let load = |e: String| EngineError::Load(format!("{}: {e}", path.display()));
+    let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
+    let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| load(e.to_string()))?;
+    let mut tokens: Vec<String> = config["added_tokens_decoder"]
+        .as_object()
+        .map(|added| {
+            added
+                .values()
+                .filter(|t| t["special"] == true)
+                .filter_map(|t| t["content"].as_str())
+                .filter(|t| !t.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    tokens.sort();
+    tokens.dedup();
+    Ok(tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are helpful.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'].strip() + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+    fn turn(role: Role, content: &str) -> ChatTurn {
+        ChatTurn {
+            role,
+            content: content.into(),
+        }
+    }
+
+    #[test]
+    fn renders_chatml_with_python_methods_and_a_default_system_turn() {
+        let t = ChatTemplate::new(CHATML, None, Some("<|im_end|>".into())).unwrap();
+        let out = t.render(&[turn(Role::User, "  Who?  ")]).unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWho?<|im_end|>\n<|im_start|>assistant\n"
+        );
+    }
+
+    #[test]
+    fn exceptions_and_bad_templates_are_errors() {
+        let t =
+            ChatTemplate::new("{{ raise_exception('roles must alternate') }}", None, None).unwrap();
+        let e = t.render(&[turn(Role::User, "q")]).unwrap_err().to_string();
+        assert!(e.contains("roles must alternate"), "{e}");
+        assert!(ChatTemplate::new("{% for %}", None, None).is_err());
+    }
+
+    #[test]
+    fn reads_a_tokenizer_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer_config.json");
+        std::fs::write(
+            &path,
+            serde_json::json!({
+                "chat_template": "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{{ eos_token }}",
+                "bos_token": {"content": "<s>"},
+                "eos_token": "</s>",
+                "added_tokens_decoder": {
+                    "0": {"content": "<s>", "special": true},
+                    "1": {"content": "</s>", "special": true},
+                    "5": {"content": "word", "special": false},
+                },
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let t = ChatTemplate::from_tokenizer_config(&path).unwrap();
+        assert_eq!(
+            t.render(&[turn(Role::User, "hi")]).unwrap(),
+            "<s>[user]hi</s>"
+        );
+        assert_eq!(
+            special_tokens_of_tokenizer_config(&path).unwrap(),
+            ["</s>", "<s>"]
+        );
+    }
+}

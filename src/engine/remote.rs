@@ -1,0 +1,930 @@
+//! A remote engine: the policy runs on existing inference servers (vLLM,
+//! SGLang, llama.cpp's `llama-server`), one or more replicas, driven through
+//! the text completions API they all speak. seeker keeps the search loop:
+//! it renders the chat template itself ([`ChatTemplate`], so a transcript is
+//! the same text whichever engine runs it), sends the whole transcript each
+//! round (the server's own prefix cache reuses what it has already seen) and
+//! cuts the round at the closing tag itself.
+//!
+//! Protocol (OpenAI's legacy completions, `docs/protocols.md` §6):
+//! `POST {url}/v1/completions` with `{"model", "prompt", "max_tokens",
+//! "temperature", "top_p", "stream": true, "stream_options":
+//! {"include_usage": true, "continuous_usage_stats": true},
+//! "timings_per_token": true}`; the answer is SSE `data:` lines of
+//! `{"choices": [{"text", "finish_reason"}], "usage"?, "timings"?}` ending
+//! with `data: [DONE]`. Stop strings are **not** sent: these servers drop a
+//! matched stop string from the text and not all of them say which one
+//! matched (llama-server's `/v1/completions` does not), so seeker scans the
+//! text for the round's stop strings and closes the connection at the first
+//! one (the servers stop generating when the client disconnects). The
+//! prompt's token count and the tokens taken from the prefix cache come from
+//! vLLM's per-chunk usage (`continuous_usage_stats`,
+//! `usage.prompt_tokens_details.cached_tokens`) or llama-server's per-token
+//! timings (`timings.prompt_n` + `timings.cache_n`); servers ignore the
+//! fields they do not know.
+//!
+//! Replicas: a rollout stays on the replica that ran its first round (its
+//! prefix is cached there; [`GenerationParams::session`]); a new rollout
+//! goes to the healthy replica with the fewest generations in flight. A
+//! replica that refuses a connection, answers 5xx/408/429, breaks its stream
+//! or stays silent past the read timeout is marked down (1 s, doubling to
+//! 30 s) and the round goes on on another replica from the transcript plus
+//! the text already received, so the client sees one uninterrupted stream.
+//! A replica whose time is up gets `GET /health` before it is used again.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::chat_template::ChatTemplate;
+use super::{
+    ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams,
+};
+use crate::metrics::Metrics;
+
+/// Longest time a replica stays marked down before it is probed again.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Deadline of a `/health` probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Error bodies read at most (they go to the log).
+const MAX_ERROR_BODY: usize = 4096;
+
+/// How to reach the servers.
+#[derive(Clone, Debug)]
+pub struct RemoteConfig {
+    /// Base URLs, one per replica (`http://gpu1:8000`; `/v1/completions` is
+    /// appended).
+    pub urls: Vec<String>,
+    /// Model name sent in requests; `None` = the first id the first
+    /// reachable replica lists at `GET /v1/models`.
+    pub model: Option<String>,
+    /// `Authorization: Bearer` key for the servers (vLLM `--api-key`).
+    pub api_key: Option<String>,
+    /// Deadline to open a connection to a replica.
+    pub connect_timeout: Duration,
+    /// Longest silence from a replica: to the response headers, and between
+    /// two chunks of a stream (the first token after a long prefill
+    /// included). Past it the replica counts as failed.
+    pub read_timeout: Duration,
+}
+
+/// See the module documentation.
+pub struct RemoteEngine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: reqwest::Client,
+    replicas: Vec<Replica>,
+    model: String,
+    api_key: Option<String>,
+    template: ChatTemplate,
+    special_tokens: Vec<String>,
+    /// Rollout id → the replica its rounds go to.
+    sessions: moka::future::Cache<u64, usize>,
+    read_timeout: Duration,
+    metrics: Arc<Metrics>,
+}
+
+struct Replica {
+    /// Base URL without a trailing slash.
+    url: String,
+    /// Generations streaming from it now.
+    in_flight: AtomicUsize,
+    health: Mutex<Health>,
+}
+
+#[derive(Default)]
+struct Health {
+    /// Failures in a row.
+    failures: u32,
+    /// Marked down until then.
+    down_until: Option<Instant>,
+}
+
+/// Why one request to one replica did not start a stream.
+enum Refusal {
+    /// The replica failed: try another.
+    Replica { kind: &'static str, message: String },
+    /// The request itself is refused (the same on every replica).
+    Request(EngineError),
+}
+
+impl RemoteEngine {
+    /// Connects to the replicas: waits until one of them answers
+    /// `GET /v1/models` (retrying every second, with a warning every 10 s:
+    /// a server may still be loading its model), taking the model name from
+    /// it when `config.model` is `None`. Replicas that do not answer yet are
+    /// marked down and probed later.
+    ///
+    /// # Errors
+    /// [`EngineError::Load`] when no URL is configured or a URL is not http(s).
+    pub async fn connect(
+        config: &RemoteConfig,
+        template: ChatTemplate,
+        special_tokens: Vec<String>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, EngineError> {
+        if config.urls.is_empty() {
+            return Err(EngineError::Load(
+                "model.remote_urls is empty: give the base URL of at least one server".into(),
+            ));
+        }
+        let mut replicas = Vec::new();
+        for url in &config.urls {
+            let parsed = reqwest::Url::parse(url)
+                .map_err(|e| EngineError::Load(format!("model.remote_urls: {url}: {e}")))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(EngineError::Load(format!(
+                    "model.remote_urls: {url}: not an http(s) URL"
+                )));
+            }
+            replicas.push(Replica {
+                url: url.trim_end_matches('/').to_string(),
+                in_flight: AtomicUsize::new(0),
+                health: Mutex::new(Health::default()),
+            });
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .build()
+            .map_err(|e| EngineError::Load(format!("HTTP client: {e}")))?;
+        let started = Instant::now();
+        let mut warned = Instant::now();
+        let model = loop {
+            let mut answered = None;
+            for replica in &replicas {
+                match list_models(&client, &replica.url, config.api_key.as_deref()).await {
+                    Ok(ids) => {
+                        answered = Some(ids);
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(replica = %replica.url, error = %e, "not answering yet")
+                    }
+                }
+            }
+            match answered {
+                Some(ids) => match &config.model {
+                    Some(name) => break name.clone(),
+                    None => match ids.into_iter().next() {
+                        Some(id) => break id,
+                        None => {
+                            return Err(EngineError::Load(
+                                "the remote server lists no model; set model.remote_model".into(),
+                            ))
+                        }
+                    },
+                },
+                None => {
+                    if warned.elapsed() >= Duration::from_secs(10) {
+                        warned = Instant::now();
+                        tracing::warn!(
+                            urls = %config.urls.join(", "),
+                            waited_s = started.elapsed().as_secs(),
+                            "no remote engine replica answers GET /v1/models yet; still trying"
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        };
+        let inner = Arc::new(Inner {
+            client,
+            replicas,
+            model,
+            api_key: config.api_key.clone(),
+            template,
+            special_tokens,
+            sessions: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(Duration::from_secs(600))
+                .build(),
+            read_timeout: config.read_timeout,
+            metrics,
+        });
+        // Every replica starts healthy; one that is not gets marked down on
+        // its first request.
+        inner
+            .metrics
+            .engine_replicas_up
+            .set(inner.replicas.len() as i64);
+        Ok(Self { inner })
+    }
+
+    /// The model name sent to the servers.
+    pub fn model(&self) -> &str {
+        &self.inner.model
+    }
+}
+
+/// The ids a server lists at `GET /v1/models`.
+async fn list_models(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+) -> Result<Vec<String>, String> {
+    let mut request = client
+        .get(format!("{url}/v1/models"))
+        .timeout(PROBE_TIMEOUT * 5);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("status {}", response.status()));
+    }
+    let body: Value = response.json().await.map_err(|e| e.to_string())?;
+    Ok(body["data"]
+        .as_array()
+        .map(|models| {
+            models
+                .iter()
+                .filter_map(|m| m["id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+impl Inner {
+    fn replica(&self, i: usize) -> &Replica {
+        &self.replicas[i]
+    }
+
+    fn up_count(&self) -> i64 {
+        let now = Instant::now();
+        self.replicas
+            .iter()
+            .filter(|r| {
+                let h = r.health.lock().expect("health lock");
+                h.down_until.is_none_or(|t| t <= now)
+            })
+            .count() as i64
+    }
+
+    fn mark_down(&self, i: usize, kind: &'static str, message: &str) {
+        let replica = self.replica(i);
+        self.metrics
+            .engine_errors
+            .with_label_values(&[replica.url.as_str(), kind])
+            .inc();
+        let backoff = {
+            let mut h = replica.health.lock().expect("health lock");
+            h.failures = h.failures.saturating_add(1);
+            let backoff = Duration::from_secs(1 << (h.failures - 1).min(5)).min(MAX_BACKOFF);
+            h.down_until = Some(Instant::now() + backoff);
+            backoff
+        };
+        tracing::warn!(
+            replica = %replica.url,
+            kind,
+            error = %message,
+            backoff_s = backoff.as_secs(),
+            "engine replica failed; marked down"
+        );
+        self.metrics.engine_replicas_up.set(self.up_count());
+    }
+
+    fn mark_up(&self, i: usize) {
+        let mut h = self.replica(i).health.lock().expect("health lock");
+        if h.failures > 0 || h.down_until.is_some() {
+            *h = Health::default();
+            drop(h);
+            self.metrics.engine_replicas_up.set(self.up_count());
+        }
+    }
+
+    /// Whether replica `i` may take a request now: not marked down, or its
+    /// time is up and `GET /health` answers 200.
+    async fn usable(&self, i: usize) -> bool {
+        let down_until = self
+            .replica(i)
+            .health
+            .lock()
+            .expect("health lock")
+            .down_until;
+        match down_until {
+            None => true,
+            Some(t) if Instant::now() < t => false,
+            Some(_) => {
+                let url = format!("{}/health", self.replica(i).url);
+                let ok = self
+                    .client
+                    .get(url)
+                    .timeout(PROBE_TIMEOUT)
+                    .send()
+                    .await
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    self.mark_up(i);
+                } else {
+                    self.mark_down(i, "connection", "health probe failed");
+                }
+                ok
+            }
+        }
+    }
+
+    /// The replica for the next request of `session`, not one of `tried`:
+    /// the session's own replica when it is usable, else the usable one with
+    /// the fewest generations in flight.
+    async fn pick(&self, session: Option<u64>, tried: &[usize]) -> Option<usize> {
+        if let Some(session) = session {
+            if let Some(i) = self.sessions.get(&session).await {
+                if !tried.contains(&i) && self.usable(i).await {
+                    return Some(i);
+                }
+            }
+        }
+        let mut order: Vec<usize> = (0..self.replicas.len())
+            .filter(|i| !tried.contains(i))
+            .collect();
+        order.sort_by_key(|&i| (self.replica(i).in_flight.load(Ordering::Relaxed), i));
+        for i in order {
+            if self.usable(i).await {
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    fn body(&self, prompt: &str, max_tokens: usize, params: &GenerationParams) -> Value {
+        let mut body = json!({
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens.max(1),
+            "stream": true,
+            "stream_options": {"include_usage": true, "continuous_usage_stats": true},
+            "timings_per_token": true,
+            "cache_prompt": true,
+        });
+        if params.is_greedy() {
+            body["temperature"] = json!(0.0);
+        } else {
+            body["temperature"] = json!(params.temperature);
+            if let Some(p) = params.top_p {
+                body["top_p"] = json!(p);
+            }
+        }
+        body
+    }
+
+    /// Sends one round to replica `i`; the response once its headers say 200.
+    async fn start(&self, i: usize, body: &Value) -> Result<reqwest::Response, Refusal> {
+        let replica = self.replica(i);
+        self.metrics
+            .engine_requests
+            .with_label_values(&[replica.url.as_str()])
+            .inc();
+        let mut request = self
+            .client
+            .post(format!("{}/v1/completions", replica.url))
+            .json(body);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = match tokio::time::timeout(self.read_timeout, request.send()).await {
+            Err(_) => {
+                return Err(Refusal::Replica {
+                    kind: "timeout",
+                    message: format!("no response within {:?}", self.read_timeout),
+                })
+            }
+            Ok(Err(e)) => {
+                return Err(Refusal::Replica {
+                    kind: "connection",
+                    message: e.to_string(),
+                })
+            }
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let text = read_error_body(response).await;
+        let message = format!("status {status}: {text}");
+        if status.is_server_error()
+            || status == reqwest::StatusCode::REQUEST_TIMEOUT
+            || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        {
+            return Err(Refusal::Replica {
+                kind: "status",
+                message,
+            });
+        }
+        self.metrics
+            .engine_errors
+            .with_label_values(&[replica.url.as_str(), "status"])
+            .inc();
+        if let Some((prompt_tokens, limit)) = context_overflow(&text) {
+            return Err(Refusal::Request(EngineError::ContextLength {
+                prompt_tokens,
+                limit,
+            }));
+        }
+        Err(Refusal::Request(EngineError::Internal(format!(
+            "the remote engine at {} refused the request: {message}",
+            replica.url
+        ))))
+    }
+
+    /// Starts `prompt` on a replica (the session's, or another after a
+    /// failure), not one of `tried`; returns the replica and its response.
+    async fn start_anywhere(
+        &self,
+        prompt: &str,
+        max_tokens: usize,
+        params: &GenerationParams,
+        tried: &mut Vec<usize>,
+    ) -> Result<(usize, reqwest::Response), EngineError> {
+        let mut body = self.body(prompt, max_tokens, params);
+        let mut shrunk = false;
+        loop {
+            let Some(i) = self.pick(params.session, tried).await else {
+                return Err(EngineError::Internal(format!(
+                    "no remote engine replica can take the request ({} tried, the others are down)",
+                    tried.len()
+                )));
+            };
+            match self.start(i, &body).await {
+                Ok(response) => {
+                    if let Some(session) = params.session {
+                        self.sessions.insert(session, i).await;
+                    }
+                    return Ok((i, response));
+                }
+                Err(Refusal::Replica { kind, message }) => {
+                    tried.push(i);
+                    self.mark_down(i, kind, &message);
+                }
+                // vLLM refuses a prompt that fits when prompt + max_tokens
+                // does not: ask once more for what is left of the context.
+                Err(Refusal::Request(EngineError::ContextLength {
+                    prompt_tokens,
+                    limit,
+                })) if prompt_tokens < limit && !shrunk => {
+                    shrunk = true;
+                    body["max_tokens"] = json!(limit - prompt_tokens);
+                }
+                Err(Refusal::Request(e)) => return Err(e),
+            }
+        }
+    }
+}
+
+/// An error body, at most [`MAX_ERROR_BODY`] bytes, as text.
+async fn read_error_body(response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(Ok(chunk)) = stream.next().await {
+        body.extend_from_slice(&chunk);
+        if body.len() >= MAX_ERROR_BODY {
+            body.truncate(MAX_ERROR_BODY);
+            break;
+        }
+    }
+    String::from_utf8_lossy(&body).into_owned()
+}
+
+/// `(prompt tokens, context length)` when an error body says the prompt does
+/// not fit: llama-server's `exceed_context_size_error` (with `n_prompt_tokens`
+/// and `n_ctx`), vLLM's "This model's maximum context length is N tokens.
+/// However, you requested M tokens (P in the messages, …)". 0 where the
+/// server does not give a number.
+fn context_overflow(body: &str) -> Option<(usize, usize)> {
+    let value: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let error = if value["error"].is_object() {
+        &value["error"]
+    } else {
+        &value
+    };
+    if error["type"] == "exceed_context_size_error" {
+        let n = |k: &str| error[k].as_u64().unwrap_or(0) as usize;
+        return Some((n("n_prompt_tokens"), n("n_ctx")));
+    }
+    let message = error["message"].as_str().unwrap_or(body);
+    let number = |pattern: &str| {
+        regex::Regex::new(pattern)
+            .expect("valid regex")
+            .captures(message)
+            .and_then(|c| c[1].parse::<usize>().ok())
+    };
+    let limit = number(r"maximum context length is (\d+)")?;
+    let prompt = number(r"(\d+) (?:tokens )?in the (?:messages|prompt)")
+        .or_else(|| number(r"requested (\d+) tokens"))
+        .unwrap_or(limit);
+    Some((prompt, limit))
+}
+
+/// One parsed `data:` payload of a completions stream.
+#[derive(Debug, Default, PartialEq)]
+struct Chunk {
+    text: String,
+    finish: Option<EngineFinish>,
+    /// Prompt tokens and cached prompt tokens, when reported.
+    prompt: Option<(usize, Option<usize>)>,
+    /// Completion tokens so far, when reported.
+    generated: Option<usize>,
+}
+
+/// Parses one `data:` payload (`[DONE]` excluded).
+fn parse_chunk(data: &str) -> Result<Chunk, String> {
+    let v: Value = serde_json::from_str(data).map_err(|e| format!("malformed chunk: {e}"))?;
+    if v.get("error").is_some() {
+        return Err(format!("error event: {}", v["error"]));
+    }
+    let choice = &v["choices"][0];
+    let mut chunk = Chunk {
+        text: choice["text"].as_str().unwrap_or("").to_string(),
+        finish: match choice["finish_reason"].as_str() {
+            None => None,
+            Some("length") => Some(EngineFinish::Length),
+            Some(_) => Some(EngineFinish::Stop),
+        },
+        ..Chunk::default()
+    };
+    if !v["choices"].is_array() && v.get("usage").is_none() {
+        return Err("malformed chunk: no choices".into());
+    }
+    let usage = &v["usage"];
+    let timings = &v["timings"];
+    if let Some(prompt) = usage["prompt_tokens"].as_u64() {
+        let cached = usage["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .or_else(|| timings["cache_n"].as_u64());
+        chunk.prompt = Some((prompt as usize, cached.map(|c| c as usize)));
+        chunk.generated = usage["completion_tokens"].as_u64().map(|n| n as usize);
+    } else if let (Some(prefilled), Some(cached)) =
+        (timings["prompt_n"].as_u64(), timings["cache_n"].as_u64())
+    {
+        chunk.prompt = Some(((prefilled + cached) as usize, Some(cached as usize)));
+        chunk.generated = timings["predicted_n"].as_u64().map(|n| n as usize);
+    }
+    Ok(chunk)
+}
+
+/// Splits an SSE byte stream into `data:` payloads.
+#[derive(Default)]
+struct SseLines {
+    buffer: Vec<u8>,
+}
+
+impl SseLines {
+    /// The complete `data:` payloads in `bytes` (plus what was held back).
+    fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, String> {
+        self.buffer.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
+            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            let line = std::str::from_utf8(&line)
+                .map_err(|_| "malformed stream: not UTF-8".to_string())?
+                .trim_end_matches(['\r', '\n']);
+            if let Some(data) = line.strip_prefix("data:") {
+                out.push(data.strip_prefix(' ').unwrap_or(data).to_string());
+            }
+            // Comments (`: ping`), `event:`/`id:` lines and blank lines are
+            // not data.
+        }
+        Ok(out)
+    }
+}
+
+/// What the round streamed so far, for a re-run elsewhere after a failure.
+struct Progress {
+    text: String,
+    tokens: usize,
+    prompt_reported: bool,
+}
+
+/// How one replica's stream ended.
+enum StreamEnd {
+    /// Finished (or cut at a stop string); nothing more to do.
+    Done,
+    /// The consumer left.
+    Cancelled,
+    /// The replica failed mid-stream: re-run elsewhere.
+    Failed { kind: &'static str, message: String },
+}
+
+impl Inner {
+    /// Forwards one replica's stream to `tx`; cuts it at the first stop
+    /// string.
+    async fn forward(
+        &self,
+        i: usize,
+        response: reqwest::Response,
+        params: &GenerationParams,
+        progress: &mut Progress,
+        tx: &mpsc::Sender<Result<EngineEvent, EngineError>>,
+        sent_at: Instant,
+    ) -> StreamEnd {
+        let replica = self.replica(i);
+        replica.in_flight.fetch_add(1, Ordering::Relaxed);
+        struct InFlight<'a>(&'a AtomicUsize);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let _in_flight = InFlight(&replica.in_flight);
+        let mut stream = response.bytes_stream();
+        let mut lines = SseLines::default();
+        let mut first_text = true;
+        let mut generated_base = None::<usize>;
+        let longest_stop = params.stop.iter().map(String::len).max().unwrap_or(0);
+        loop {
+            let next = tokio::select! {
+                () = tx.closed() => return StreamEnd::Cancelled,
+                next = tokio::time::timeout(self.read_timeout, stream.next()) => next,
+            };
+            let bytes = match next {
+                Err(_) => {
+                    return StreamEnd::Failed {
+                        kind: "timeout",
+                        message: format!("silent for {:?}", self.read_timeout),
+                    }
+                }
+                Ok(None) => {
+                    return StreamEnd::Failed {
+                        kind: "stream",
+                        message: "the stream ended without a finish reason".into(),
+                    }
+                }
+                Ok(Some(Err(e))) => {
+                    return StreamEnd::Failed {
+                        kind: "stream",
+                        message: e.to_string(),
+                    }
+                }
+                Ok(Some(Ok(bytes))) => bytes,
+            };
+            let payloads = match lines.push(&bytes) {
+                Ok(p) => p,
+                Err(message) => {
+                    return StreamEnd::Failed {
+                        kind: "stream",
+                        message,
+                    }
+                }
+            };
+            for data in payloads {
+                if data.trim() == "[DONE]" {
+                    // A stream that ends without a finish reason ended badly.
+                    return StreamEnd::Failed {
+                        kind: "stream",
+                        message: "[DONE] without a finish reason".into(),
+                    };
+                }
+                let chunk = match parse_chunk(&data) {
+                    Ok(c) => c,
+                    Err(message) => {
+                        return StreamEnd::Failed {
+                            kind: "stream",
+                            message,
+                        }
+                    }
+                };
+                if let Some((tokens, cached)) = chunk.prompt {
+                    if !progress.prompt_reported {
+                        progress.prompt_reported = true;
+                        if let Some(c) = cached {
+                            self.metrics.prompt_tokens_cached.inc_by(c as u64);
+                        }
+                        if tx
+                            .send(Ok(EngineEvent::Prompt { tokens, cached }))
+                            .await
+                            .is_err()
+                        {
+                            return StreamEnd::Cancelled;
+                        }
+                    }
+                }
+                if !chunk.text.is_empty() {
+                    if first_text {
+                        first_text = false;
+                        self.metrics
+                            .engine_time_to_first_token
+                            .with_label_values(&[replica.url.as_str()])
+                            .observe(sent_at.elapsed().as_secs_f64());
+                    }
+                    // Tokens: the server's running count where it gives one.
+                    let tokens = match (chunk.generated, generated_base) {
+                        (Some(n), Some(base)) => n.saturating_sub(base).max(1),
+                        _ => 1,
+                    };
+                    if let Some(n) = chunk.generated {
+                        generated_base = Some(n);
+                    }
+                    // Cut at the first stop string (looked for only where the
+                    // new text can complete one).
+                    let mut from = progress.text.len().saturating_sub(longest_stop);
+                    while !progress.text.is_char_boundary(from) {
+                        from -= 1;
+                    }
+                    let mut text = chunk.text;
+                    let joined = format!("{}{}", &progress.text[from..], text);
+                    let cut = params
+                        .stop
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .filter_map(|s| joined.find(s.as_str()).map(|at| at + s.len()))
+                        .min();
+                    let stopped = match cut {
+                        Some(end) if end > progress.text.len() - from => {
+                            text.truncate(end - (progress.text.len() - from));
+                            true
+                        }
+                        _ => false,
+                    };
+                    progress.text.push_str(&text);
+                    progress.tokens += tokens;
+                    if tx
+                        .send(Ok(EngineEvent::Text { text, tokens }))
+                        .await
+                        .is_err()
+                    {
+                        return StreamEnd::Cancelled;
+                    }
+                    if stopped {
+                        let _ = tx.send(Ok(EngineEvent::Done(EngineFinish::Stop))).await;
+                        return StreamEnd::Done;
+                    }
+                } else if let Some(n) = chunk.generated {
+                    generated_base = Some(n);
+                }
+                if let Some(finish) = chunk.finish {
+                    self.mark_up(i);
+                    let _ = tx.send(Ok(EngineEvent::Done(finish))).await;
+                    return StreamEnd::Done;
+                }
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Engine for RemoteEngine {
+    fn special_tokens(&self) -> &[String] {
+        &self.inner.special_tokens
+    }
+
+    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
+        self.inner.template.render(messages)
+    }
+
+    /// The length of `text` from a replica's `POST /tokenize` (llama-server:
+    /// `{"content"}` → `{"tokens"}`; vLLM: `{"prompt"}` → `{"count",
+    /// "tokens"}`; both fields are sent).
+    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
+        let inner = &self.inner;
+        let Some(i) = inner.pick(None, &[]).await else {
+            return Err(EngineError::Internal(
+                "no remote engine replica is up to count tokens".into(),
+            ));
+        };
+        let mut request = inner
+            .client
+            .post(format!("{}/tokenize", inner.replica(i).url))
+            .timeout(inner.read_timeout)
+            .json(&json!({
+                "model": inner.model,
+                "content": text,
+                "prompt": text,
+                "add_special": false,
+                "add_special_tokens": false,
+            }));
+        if let Some(key) = &inner.api_key {
+            request = request.bearer_auth(key);
+        }
+        let failed = |e: String| EngineError::Internal(format!("tokenize: {e}"));
+        let response = request.send().await.map_err(|e| failed(e.to_string()))?;
+        if !response.status().is_success() {
+            return Err(failed(format!("status {}", response.status())));
+        }
+        let body: Value = response.json().await.map_err(|e| failed(e.to_string()))?;
+        body["count"]
+            .as_u64()
+            .map(|n| n as usize)
+            .or_else(|| body["tokens"].as_array().map(Vec::len))
+            .ok_or_else(|| failed("no tokens in the answer".into()))
+    }
+
+    async fn generate(
+        &self,
+        prompt: &str,
+        params: &GenerationParams,
+    ) -> Result<Generation, EngineError> {
+        let inner = Arc::clone(&self.inner);
+        let mut tried = Vec::new();
+        let sent_at = Instant::now();
+        let (first, response) = inner
+            .start_anywhere(prompt, params.max_tokens, params, &mut tried)
+            .await?;
+        let (tx, rx) = mpsc::channel(64);
+        let (prompt, params) = (prompt.to_string(), params.clone());
+        tokio::spawn(async move {
+            let mut progress = Progress {
+                text: String::new(),
+                tokens: 0,
+                prompt_reported: false,
+            };
+            let (mut replica, mut response, mut sent_at) = (first, response, sent_at);
+            loop {
+                match inner
+                    .forward(replica, response, &params, &mut progress, &tx, sent_at)
+                    .await
+                {
+                    StreamEnd::Done | StreamEnd::Cancelled => return,
+                    StreamEnd::Failed { kind, message } => {
+                        tried.push(replica);
+                        inner.mark_down(replica, kind, &message);
+                        // The round goes on elsewhere from what it produced.
+                        let left = params.max_tokens.saturating_sub(progress.tokens);
+                        if left == 0 {
+                            let _ = tx.send(Ok(EngineEvent::Done(EngineFinish::Length))).await;
+                            return;
+                        }
+                        let resumed = format!("{prompt}{}", progress.text);
+                        sent_at = Instant::now();
+                        match inner
+                            .start_anywhere(&resumed, left, &params, &mut tried)
+                            .await
+                        {
+                            Ok((next, next_response)) => {
+                                tracing::info!(
+                                    from = %inner.replica(replica).url,
+                                    to = %inner.replica(next).url,
+                                    tokens_so_far = progress.tokens,
+                                    "round moved to another engine replica"
+                                );
+                                (replica, response) = (next, next_response);
+                            }
+                            Err(e) => {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        Ok(Generation {
+            prompt_tokens: 0,
+            events: rx,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sse_lines_split_across_reads_and_skip_comments() {
+        let mut lines = SseLines::default();
+        assert_eq!(lines.push(b"data: {\"a\"").unwrap(), Vec::<String>::new());
+        assert_eq!(
+            lines.push(b":1}\n\n: ping\r\ndata:[DONE]\r\n").unwrap(),
+            vec!["{\"a\":1}".to_string(), "[DONE]".to_string()]
+        );
+    }
+
+    #[test]
+    fn chunks_of_llama_server_and_vllm_are_read() {
+        // llama-server with timings_per_token.
+        let c = parse_chunk(r#"{"choices":[{"text":" Leo","finish_reason":null}],"timings":{"cache_n":20,"prompt_n":3,"predicted_n":1}}"#).unwrap();
+        assert_eq!(c.text, " Leo");
+        assert_eq!(c.prompt, Some((23, Some(20))));
+        assert_eq!(c.generated, Some(1));
+        // vLLM with continuous usage stats.
+        let c = parse_chunk(r#"{"choices":[{"text":"x","finish_reason":"length"}],"usage":{"prompt_tokens":40,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":32}}}"#).unwrap();
+        assert_eq!(c.finish, Some(EngineFinish::Length));
+        assert_eq!(c.prompt, Some((40, Some(32))));
+        assert_eq!(c.generated, Some(7));
+        // The usage-only chunk of include_usage.
+        let c = parse_chunk(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#)
+            .unwrap();
+        assert_eq!(c.prompt, Some((5, None)));
+        assert!(parse_chunk("{not json").is_err());
+        assert!(parse_chunk(r#"{"error":{"message":"boom"}}"#).is_err());
+        assert!(parse_chunk(r#"{"id":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn context_errors_of_both_servers_are_recognised() {
+        let llama = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#;
+        assert_eq!(context_overflow(llama), Some((5000, 4096)));
+        let vllm = r#"{"object":"error","message":"This model's maximum context length is 2048 tokens. However, you requested 2100 tokens (2000 in the messages, 100 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","code":400}"#;
+        assert_eq!(context_overflow(vllm), Some((2000, 2048)));
+        assert_eq!(
+            context_overflow(r#"{"error":{"message":"model not found"}}"#),
+            None
+        );
+    }
+}

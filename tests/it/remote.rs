@@ -1,0 +1,505 @@
+//! The remote engine against real llama.cpp servers (the `xllamacpp` wheel,
+//! installed by `scripts/llama-venv.sh`, which `scripts/test.sh` runs) on the
+//! default GGUF, driven through the real `seeker` binary; and against small
+//! in-test servers that fail in the ways real ones do (errors, silence,
+//! malformed streams).
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+use crate::common::{default_data, root};
+use crate::e2e::{build_index, start_server_with, wait_healthy, Server};
+use crate::http::sse_data;
+
+/// One BM25 index for every test here (built once, kept for the process).
+fn shared_index() -> &'static Path {
+    static INDEX: OnceLock<PathBuf> = OnceLock::new();
+    INDEX.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let index = dir.join("index");
+        build_index(&index);
+        index
+    })
+}
+
+/// The Python with `xllamacpp`: `SEEKER_LLAMA_PYTHON`, or the venv that
+/// `scripts/llama-venv.sh` makes. Missing is a failure with the fix, not a skip.
+fn llama_python() -> PathBuf {
+    if let Ok(python) = std::env::var("SEEKER_LLAMA_PYTHON") {
+        return python.into();
+    }
+    let python = root().join("target/llama-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/llama-venv.sh (scripts/test.sh does)",
+        python.display()
+    );
+    python
+}
+
+/// A llama.cpp server on the default GGUF, killed when dropped.
+struct Llama {
+    child: Child,
+    url: String,
+}
+
+impl Llama {
+    fn start() -> Self {
+        let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let mut child = Command::new(llama_python())
+            .arg(root().join("tests/python/llama_server.py"))
+            .arg(&gguf)
+            .args(["--parallel", "2", "--ctx", "8192"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line
+            .trim()
+            .strip_prefix("llama-server listening on ")
+            .unwrap_or_else(|| panic!("llama server did not start: {line:?}"))
+            .to_string();
+        Self { child, url }
+    }
+
+    /// Whether any slot is generating (`GET /slots`).
+    async fn busy(&self) -> bool {
+        let slots: Value = reqwest::get(format!("{}/slots", self.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        slots
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["is_processing"] == true)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Llama {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The seeker binary on the remote engine at `urls`, with `env` added.
+async fn seeker_on(urls: &[&str], env: &[(&str, &str)]) -> (Server, reqwest::Client, String) {
+    let urls = urls.join(",");
+    let mut all = vec![
+        ("SEEKER_MODEL__ENGINE", "remote"),
+        ("SEEKER_MODEL__REMOTE_URLS", urls.as_str()),
+    ];
+    all.extend_from_slice(env);
+    let server = start_server_with(shared_index(), &all);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    (server, client, url)
+}
+
+/// A Search-R1 rollout whose first round the model finishes itself: the
+/// assistant message to continue opens a search call, the model closes it
+/// (greedy SmolLM2 writes ` </search>`), seeker searches and splices, and
+/// the model goes on.
+fn forced_search(stream: bool, max_tokens: u32) -> Value {
+    json!({
+        "stream": stream, "max_tokens": max_tokens, "policy": "search-r1",
+        "continue_final_message": true, "return_transcript": true,
+        "messages": [
+            {"role": "user", "content": "Who painted the Mona Lisa?"},
+            {"role": "assistant", "content": "<think>I need to search.</think>\n<search> Mona Lisa"}]
+    })
+}
+
+/// What a streamed response said: reasoning, answer, the last chunk with
+/// `seeker`, and every error event.
+fn read_stream(body: &str) -> (String, String, Value, Vec<Value>) {
+    let data = sse_data(body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{body}");
+    let (mut reasoning, mut answer, mut last, mut errors) =
+        (String::new(), String::new(), Value::Null, Vec::new());
+    for d in &data[..data.len() - 1] {
+        let v: Value = serde_json::from_str(d).unwrap();
+        if v.get("error").is_some() {
+            errors.push(v);
+            continue;
+        }
+        let delta = &v["choices"][0]["delta"];
+        reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+        answer.push_str(delta["content"].as_str().unwrap_or(""));
+        if v["seeker"]["policy"].is_string() {
+            last = v;
+        }
+    }
+    (reasoning, answer, last, errors)
+}
+
+/// Both engines render the same chat template the same way: seeker's own
+/// rendering (which the remote engine sends) equals the embedded engine's
+/// and llama-server's (`/apply-template`), byte for byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() {
+    use seeker::engine::chat_template::ChatTemplate;
+    use seeker::engine::{ChatTurn, Engine, Role};
+
+    let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let ours = ChatTemplate::from_gguf(&gguf).unwrap();
+    let embedded =
+        seeker::engine::mistral::MistralEngine::load(&seeker::engine::mistral::MistralConfig {
+            gguf: gguf.clone(),
+            dtype: seeker::engine::mistral::ActivationDtype::F32,
+            max_num_seqs: 1,
+            weights: seeker::engine::prepare::WeightFormat::AsIs,
+            prefix_cache: false,
+        })
+        .await
+        .unwrap();
+    let llama = Llama::start();
+    let client = reqwest::Client::new();
+    let turn = |role, content: &str| ChatTurn {
+        role,
+        content: content.into(),
+    };
+    let conversations = [
+        vec![turn(Role::User, "Who painted the Mona Lisa?")],
+        vec![
+            turn(Role::System, "Answer briefly."),
+            turn(Role::User, "  Which river flows through Paris?  \n"),
+        ],
+        vec![
+            turn(Role::User, "Hi"),
+            turn(Role::Assistant, "Hello! How can I help?"),
+            turn(Role::User, "Tell me about Jupiter — the planet (木星)."),
+        ],
+    ];
+    for messages in conversations {
+        let rendered = ours.render(&messages).unwrap();
+        assert_eq!(
+            rendered,
+            embedded.render_chat(&messages).await.unwrap(),
+            "embedded engine"
+        );
+        let wire: Vec<Value> = messages
+            .iter()
+            .map(|m| json!({"role": m.role, "content": m.content}))
+            .collect();
+        let theirs: Value = client
+            .post(format!("{}/apply-template", llama.url))
+            .json(&json!({"messages": wire}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(rendered, theirs["prompt"], "llama-server");
+    }
+}
+
+/// A multi-round rollout on a real llama.cpp server: the round the model
+/// wrote ends at its closing tag, the documents are spliced in the profile's
+/// format exactly as with the embedded engine, the second round is served
+/// from the server's prefix cache, usage and metrics report it, and the
+/// streamed response says what the non-streamed one says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_on_llama_server_splices_reuses_its_prefix_and_streams_the_same() {
+    let llama = Llama::start();
+    let (server, client, url) = seeker_on(&[&llama.url], &[]).await;
+
+    let answer: Value = client
+        .post(&url)
+        .json(&forced_search(false, 24))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rounds = answer["seeker"]["rounds"].as_array().unwrap();
+    assert_eq!(rounds[0]["outcome"], "search", "{answer}");
+    assert_eq!(rounds[0]["queries"], json!(["Mona Lisa"]));
+    let titles: Vec<&str> = rounds[0]["results"][0]["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(titles.len(), 3);
+    // Round 1 was prefilled cold; round 2 re-sent the whole transcript and
+    // the server took round 1's prompt from its cache.
+    let cached = rounds[1]["prompt_tokens_cached"].as_u64().unwrap();
+    assert!(cached >= 30, "round 2 reused {cached} tokens: {answer}");
+    let transcript = answer["seeker"]["transcript"].as_str().unwrap();
+    // The model's own closing tag, then Search-R1's block, byte for byte.
+    let block = format!(
+        " </search>\n\n<information>Doc 1(Title: \"{}\") ",
+        titles[0]
+    );
+    assert!(
+        transcript.contains(&block),
+        "{block:?} not in {transcript:?}"
+    );
+    assert!(transcript.contains("</information>\n\n"));
+    let usage = &answer["usage"];
+    assert!(usage["prompt_tokens"].as_u64().unwrap() > cached, "{usage}");
+    assert!(usage["completion_tokens"].as_u64().unwrap() >= 2, "{usage}");
+
+    // Streamed: the same text (greedy), and the same rounds.
+    let body = client
+        .post(&url)
+        .json(&forced_search(true, 24))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (reasoning, streamed_answer, last, errors) = read_stream(&body);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        reasoning,
+        answer["choices"][0]["message"]["reasoning_content"]
+    );
+    assert_eq!(streamed_answer, answer["choices"][0]["message"]["content"]);
+    assert_eq!(
+        last["choices"][0]["finish_reason"],
+        answer["choices"][0]["finish_reason"]
+    );
+    assert_eq!(last["seeker"]["transcript"], answer["seeker"]["transcript"]);
+
+    let metrics = client
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let requests = format!(
+        "seeker_engine_requests_total{{replica=\"{}\"}} 4",
+        llama.url
+    );
+    assert!(metrics.contains(&requests), "{metrics}");
+    assert!(metrics.contains("seeker_engine_replicas_up 1"));
+    let cached_total = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("seeker_prompt_tokens_cached_total "))
+        .unwrap();
+    assert!(cached_total.parse::<u64>().unwrap() >= cached);
+}
+
+/// Killing the replica that serves a stream completes the request on the
+/// other one: the client sees one stream, no error, a finish reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_stream_hands_the_round_to_the_other() {
+    let (mut first, mut second) = (Llama::start(), Llama::start());
+    let (server, client, url) = seeker_on(&[&first.url, &second.url], &[]).await;
+    let body = json!({"stream": true, "max_tokens": 120, "policy": "search-r1",
+        "messages": [{"role": "user", "content":
+            "Count from one to one hundred in words, one number per line."}]});
+    let response = client.post(&url).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    // Wait until tokens flow, then kill whichever replica is generating.
+    while text.matches("reasoning_content").count() < 5 && !text.contains("finish_reason\":\"") {
+        text.push_str(&String::from_utf8_lossy(
+            &stream.next().await.unwrap().unwrap(),
+        ));
+    }
+    let killed = if first.busy().await {
+        first.kill();
+        first.url.clone()
+    } else {
+        assert!(second.busy().await, "neither replica is generating");
+        second.kill();
+        second.url.clone()
+    };
+    while let Some(chunk) = stream.next().await {
+        text.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+    }
+    let (_, _, last, errors) = read_stream(&text);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(last["choices"][0]["finish_reason"].is_string(), "{text}");
+    let metrics = client
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "seeker_engine_errors_total{{kind=\"stream\",replica=\"{killed}\"}}"
+        )) || metrics.contains(&format!(
+            "seeker_engine_errors_total{{kind=\"connection\",replica=\"{killed}\"}}"
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains("seeker_engine_replicas_up 1"), "{metrics}");
+}
+
+/// A client that leaves mid-stream closes the connection to the server,
+/// which stops generating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_stops_the_remote_generation() {
+    let llama = Llama::start();
+    let (_server, client, url) = seeker_on(&[&llama.url], &[]).await;
+    let body = json!({"stream": true, "max_tokens": 2000, "policy": "search-r1",
+        "messages": [{"role": "user", "content":
+            "Count from one to one thousand in words, one number per line."}]});
+    let response = client.post(&url).json(&body).send().await.unwrap();
+    let mut stream = response.bytes_stream();
+    let mut text = String::new();
+    while text.matches("reasoning_content").count() < 3 {
+        text.push_str(&String::from_utf8_lossy(
+            &stream.next().await.unwrap().unwrap(),
+        ));
+    }
+    assert!(llama.busy().await, "the server is generating");
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while llama.busy().await {
+        assert!(
+            Instant::now() < deadline,
+            "the server still generates 3 s after the client left"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// What an in-test server does with `/v1/completions`.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// 500 with an error body.
+    Error,
+    /// Accepts and never answers.
+    Silent,
+    /// 200 and a stream that is not SSE JSON.
+    Malformed,
+}
+
+/// A server that lists a model and answers health checks, but fails every
+/// completion as `fault` says.
+async fn faulty(fault: Fault) -> String {
+    use axum::routing::{get, post};
+    let app = axum::Router::new()
+        .route(
+            "/v1/models",
+            get(|| async { axum::Json(json!({"data": [{"id": "faulty"}]})) }),
+        )
+        .route("/health", get(|| async { "ok" }))
+        .route(
+            "/v1/completions",
+            post(move || async move {
+                match fault {
+                    Fault::Error => (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        "{\"error\": {\"message\": \"out of memory at /srv/internal/path\"}}",
+                    )
+                        .into_response(),
+                    Fault::Silent => {
+                        tokio::time::sleep(Duration::from_secs(3600)).await;
+                        "".into_response()
+                    }
+                    Fault::Malformed => (
+                        [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                        "data: {\"choices\": [{\"text\": \"Hel\ndata: [DONE]\n\n",
+                    )
+                        .into_response(),
+                }
+            }),
+        );
+    use axum::response::IntoResponse;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+/// A server that errs, hangs or sends a broken stream gives the client the
+/// documented `engine_error` promptly (not a hang, not a crash), with no
+/// internal detail; with a healthy replica beside it, the request is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_servers_give_an_engine_error_or_fail_over() {
+    let ask = json!({"max_tokens": 8, "policy": "search-r1",
+        "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]});
+    for fault in [Fault::Error, Fault::Silent, Fault::Malformed] {
+        let bad = faulty(fault).await;
+        let (server, client, url) =
+            seeker_on(&[&bad], &[("SEEKER_MODEL__REMOTE_READ_TIMEOUT_S", "1")]).await;
+        let started = Instant::now();
+        let response = client.post(&url).json(&ask).send().await.unwrap();
+        assert_eq!(response.status(), 500);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "engine_error", "{body}");
+        assert!(!body.to_string().contains("/srv/internal"), "{body}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // The server lives on: health still answers.
+        let health = client
+            .get(format!("{}/health", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(health.status(), 200);
+    }
+
+    let llama = Llama::start();
+    for fault in [Fault::Error, Fault::Silent, Fault::Malformed] {
+        let bad = faulty(fault).await;
+        let (_server, client, url) = seeker_on(
+            &[&bad, &llama.url],
+            &[("SEEKER_MODEL__REMOTE_READ_TIMEOUT_S", "1")],
+        )
+        .await;
+        // Both replicas idle: the first request goes to the faulty one (the
+        // first listed), fails over, and is served.
+        let response = client.post(&url).json(&ask).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let body: Value = response.json().await.unwrap();
+        assert!(body["choices"][0]["finish_reason"].is_string(), "{body}");
+    }
+}
+
+/// A bad remote configuration stops the start with the setting's name.
+#[test]
+fn a_remote_engine_without_urls_does_not_start() {
+    let out = Command::new(crate::e2e::seeker_bin())
+        .args(["serve", "--port", "0"])
+        .current_dir(root())
+        .env("SEEKER_MODEL__ENGINE", "remote")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("model.remote_urls"), "{stderr}");
+    let out = Command::new(crate::e2e::seeker_bin())
+        .args(["serve", "--port", "0"])
+        .current_dir(root())
+        .env("SEEKER_MODEL__ENGINE", "remote")
+        .env("SEEKER_MODEL__REMOTE_URLS", "gpu1:8000")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("not an http(s) URL"), "{stderr}");
+}
