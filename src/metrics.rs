@@ -83,6 +83,11 @@ pub struct Metrics {
     pub engine_time_to_first_token: HistogramVec,
     /// `seeker_engine_replicas_up`: replicas not marked down.
     pub engine_replicas_up: IntGauge,
+    /// `seeker_engine_round_duration_seconds{replica}`: from sending a round
+    /// to a replica to the end of its stream (finished, cut at a stop
+    /// string, or dropped by the rollout at its closing tag). A rollout's
+    /// duration less these and its searches is seeker's own time.
+    pub engine_round_duration: HistogramVec,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -232,6 +237,12 @@ impl Metrics {
                 &["replica"],
                 LATENCY_BUCKETS,
             ),
+            engine_round_duration: histogram_vec(
+                "seeker_engine_round_duration_seconds",
+                "From sending a round to a remote engine replica to the end of its stream.",
+                &["replica"],
+                LATENCY_BUCKETS,
+            ),
             engine_replicas_up: IntGauge::new(
                 "seeker_engine_replicas_up",
                 "Remote engine replicas not marked down.",
@@ -262,6 +273,7 @@ impl Metrics {
             Box::new(m.engine_errors.clone()),
             Box::new(m.engine_time_to_first_token.clone()),
             Box::new(m.engine_replicas_up.clone()),
+            Box::new(m.engine_round_duration.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("metric names are unique");

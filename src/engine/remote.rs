@@ -633,6 +633,18 @@ impl Inner {
             }
         }
         let _in_flight = InFlight(&replica.in_flight);
+        // The round's time on this replica, however its stream ends.
+        struct RoundTimer<'a>(&'a prometheus::Histogram, Instant);
+        impl Drop for RoundTimer<'_> {
+            fn drop(&mut self) {
+                self.0.observe(self.1.elapsed().as_secs_f64());
+            }
+        }
+        let round_seconds = self
+            .metrics
+            .engine_round_duration
+            .with_label_values(&[replica.url.as_str()]);
+        let _round = RoundTimer(&round_seconds, sent_at);
         let mut stream = response.bytes_stream();
         let mut lines = SseLines::default();
         let mut first_text = true;

@@ -468,7 +468,8 @@ async fn failing_servers_give_an_engine_error_or_fail_over() {
         let bad = faulty(fault).await;
         let (_server, client, url) = seeker_on(
             &[&bad, &llama.url],
-            &[("SEEKER_MODEL__REMOTE_READ_TIMEOUT_S", "1")],
+            // Long enough for the real server's prefill on a busy machine.
+            &[("SEEKER_MODEL__REMOTE_READ_TIMEOUT_S", "5")],
         )
         .await;
         // Both replicas idle: the first request goes to the faulty one (the
