@@ -60,7 +60,7 @@ def main():
         show_progress=False,
     )
     questions = [json.loads(line)["question"] for line in open(args.questions)]
-    seconds, answers = [], []
+    seconds, answers, prompt_tokens, generated = [], [], [], []
     for question in questions:
         started = time.perf_counter()
         q = question.strip()
@@ -79,7 +79,7 @@ def main():
         prompt = post(
             args.url + "/apply-template", {"messages": [{"role": "user", "content": user}]}
         )["prompt"]
-        answer = post(
+        response = post(
             args.url + "/v1/completions",
             {
                 "prompt": prompt,
@@ -87,9 +87,11 @@ def main():
                 "temperature": 0,
                 "stop": ["</answer>"],
             },
-        )["choices"][0]["text"]
+        )
         seconds.append(time.perf_counter() - started)
-        answers.append(answer)
+        answers.append(response["choices"][0]["text"])
+        prompt_tokens.append(response["usage"]["prompt_tokens"])
+        generated.append(response["usage"]["completion_tokens"])
     print(
         json.dumps(
             {
@@ -97,6 +99,8 @@ def main():
                 "questions": len(questions),
                 "seconds_mean": statistics.mean(seconds),
                 "seconds_p50": statistics.median(seconds),
+                "prompt_tokens_mean": statistics.mean(prompt_tokens),
+                "generated_tokens_mean": statistics.mean(generated),
                 "answers": answers,
             }
         )

@@ -83,11 +83,20 @@ URL=$(seeker)
 evaluate embedded "$URL" 1
 stop_all
 
+# Every run gets fresh servers: llama.cpp keeps earlier prompts in its cache
+# (slots and host RAM), which would favour whatever runs second.
 LLAMA=$(llama 2)
 URL=$(seeker SEEKER_MODEL__ENGINE=remote SEEKER_MODEL__REMOTE_URLS="$LLAMA")
 evaluate remote1 "$URL" 1
+stop_all
+
+LLAMA=$(llama 2)
 "$PY" bench/reference_loop.py "$OUT/remote1.jsonl" data/wiki/corpus.jsonl "$LLAMA" \
     --max-tokens "$MAX" >"$OUT/reference.json"
+stop_all
+
+LLAMA=$(llama 2)
+URL=$(seeker SEEKER_MODEL__ENGINE=remote SEEKER_MODEL__REMOTE_URLS="$LLAMA")
 evaluate remote1-c8 "$URL" 8
 stop_all
 
@@ -122,12 +131,21 @@ for label, name, clients in rows:
 r = json.load(open(f"{out}/reference.json"))
 print(f"| reference Python loop (bm25s + the same llama.cpp server) | 1 | "
       f"{r['seconds_mean']:.2f}, {r['seconds_p50']:.2f} | {1 / r['seconds_mean']:.2f} | | |")
+print(f"\nreference loop: prompt {r['prompt_tokens_mean']:.0f} tokens, "
+      f"generated {r['generated_tokens_mean']:.1f} tokens per question")
+for name in ["embedded", "remote1"]:
+    prompt = metric(name, "seeker_prompt_tokens_total") / n
+    generated = metric(name, "seeker_generated_tokens_total") / n
+    print(f"{name}: prompt {prompt:.0f} tokens, generated {generated:.1f} tokens per question")
 for name in ["remote1", "remote1-c8", "remote2-c8"]:
     rollouts = metric(name, "seeker_rollout_duration_seconds_sum")
     engine = metric(name, "seeker_engine_round_duration_seconds_sum")
     search = metric(name, "seeker_search_duration_seconds_sum")
     rounds = metric(name, "seeker_engine_round_duration_seconds_count")
     own = (rollouts - engine - search) / max(rounds, 1) * 1000
+    cached = metric(name, "seeker_prompt_tokens_cached_total")
+    prompt = metric(name, "seeker_prompt_tokens_total")
     print(f"\n{name}: {int(rounds)} engine rounds; seeker's own time per round "
-          f"(rollout - engine stream - search) = {own:.2f} ms")
+          f"(rollout - engine stream - search) = {own:.2f} ms; prompt tokens from the "
+          f"server's cache {int(cached)} of {int(prompt)}")
 PY
