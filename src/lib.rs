@@ -26,7 +26,7 @@
 //! - [`template`]: the `{field}` templates profiles are written in.
 //! - [`pyjson`]: Python's `json.dumps(indent=2)` byte for byte (RAG-R1's splice).
 //! - [`engine`]: the [`engine::Engine`] trait; the embedded mistral.rs engine
-//!   (`mistral`, `prepare` for weight copies), `gate` (a FIFO of engine slots)
+//!   (`mistral`, `prepare` for weight copies), `gate` (engine slots, oldest rollout first)
 //!   and `scripted` (a replaying engine for tests).
 //! - [`search`]: the [`search::SearchBackend`] trait; `dispatch` (every query of
 //!   a round at once: limits, retries, shared cache), `bm25` (the local tantivy

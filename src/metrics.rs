@@ -88,6 +88,11 @@ pub struct Metrics {
     /// string, or dropped by the rollout at its closing tag). A rollout's
     /// duration less these and its searches is seeker's own time.
     pub engine_round_duration: HistogramVec,
+    /// `seeker_engine_queue_wait_seconds`: a round's wait for an engine slot
+    /// (embedded engine; `engine::gate`).
+    pub engine_queue_wait: Histogram,
+    /// `seeker_engine_queue_depth`: rounds waiting for an engine slot.
+    pub engine_queue_depth: IntGauge,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -243,6 +248,16 @@ impl Metrics {
                 &["replica"],
                 LATENCY_BUCKETS,
             ),
+            engine_queue_wait: histogram(
+                "seeker_engine_queue_wait_seconds",
+                "A round's wait for an engine slot (embedded engine).",
+                LATENCY_BUCKETS,
+            ),
+            engine_queue_depth: IntGauge::new(
+                "seeker_engine_queue_depth",
+                "Rounds waiting for an engine slot (embedded engine).",
+            )
+            .expect("valid gauge"),
             engine_replicas_up: IntGauge::new(
                 "seeker_engine_replicas_up",
                 "Remote engine replicas not marked down.",
@@ -274,6 +289,8 @@ impl Metrics {
             Box::new(m.engine_time_to_first_token.clone()),
             Box::new(m.engine_replicas_up.clone()),
             Box::new(m.engine_round_duration.clone()),
+            Box::new(m.engine_queue_wait.clone()),
+            Box::new(m.engine_queue_depth.clone()),
         ];
         for c in collectors {
             m.registry.register(c).expect("metric names are unique");

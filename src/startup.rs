@@ -284,10 +284,10 @@ async fn load_engine(
         seconds = started.elapsed().as_secs_f64(),
         "model loaded"
     );
-    state.set_engine(Arc::new(crate::engine::gate::Gated::new(
-        engine,
-        mistral.max_num_seqs,
-    )));
+    state.set_engine(Arc::new(
+        crate::engine::gate::Gated::new(engine, mistral.max_num_seqs)
+            .with_metrics(Arc::clone(&state.metrics)),
+    ));
     Ok(())
 }
 

@@ -445,3 +445,123 @@ async fn special_tokens_in_messages_and_documents_are_defused() {
     });
     assert_eq!(results.unwrap().documents[0].text, forged);
 }
+
+/// An engine that plays the search round or the answer round by what the
+/// prompt holds, and records which rollout (by its question) asked when.
+struct Keyed {
+    search: ScriptedEngine,
+    answer: ScriptedEngine,
+    calls: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl seeker::engine::Engine for Keyed {
+    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
+        self.search.render_chat(messages).await
+    }
+
+    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
+        self.search.count_tokens(text).await
+    }
+
+    async fn generate(
+        &self,
+        prompt: &str,
+        params: &seeker::engine::GenerationParams,
+    ) -> Result<seeker::engine::Generation, EngineError> {
+        let who = ["A", "B", "C", "D"]
+            .into_iter()
+            .find(|q| prompt.contains(&format!("Question: Rollout {q}?")))
+            .unwrap_or("?");
+        // Round 2 continues after the spliced documents.
+        let round2 = prompt.contains("Doc 1(Title:");
+        self.calls
+            .lock()
+            .unwrap()
+            .push(format!("{who}{}", if round2 { 2 } else { 1 }));
+        if round2 {
+            self.answer.generate(prompt, params).await
+        } else {
+            self.search.generate(prompt, params).await
+        }
+    }
+}
+
+/// A search that takes 20 ms, as a real one takes some time.
+struct SlowSearch(Arc<StaticBackend>);
+
+#[async_trait::async_trait]
+impl seeker::search::SearchBackend for SlowSearch {
+    async fn search(
+        &self,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<seeker::search::Document>, seeker::search::SearchError> {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.0.search(query, k).await
+    }
+}
+
+/// Behind the engine gate (one slot), a rollout's next round goes before a
+/// newer rollout's first round: four two-round rollouts, B, C and D arriving
+/// while A's first round runs. While A searches (20 ms) the free slot goes to
+/// B's first round; once it is free again A's second round goes before C's and
+/// D's first, then B's. B, C and D search the same query, answered at once by
+/// the shared cache, so each of them asks for its second round before its
+/// first round's slot is free, and keeps its turn. (Before, with a first-come
+/// gate, every newer first round went first: A1 B1 C1 D1 A2 B2 C2 D2.) The
+/// queue's wait and depth are measured.
+#[tokio::test]
+async fn the_engine_gate_serves_older_rollouts_first() {
+    let delay = Duration::from_millis(40);
+    let search = ScriptedEngine::new([vec!["<search>", " q", " </search>", ""]])
+        .cycling()
+        .with_delay(delay);
+    let answer = ScriptedEngine::new([vec!["<answer>", " x", " </answer>", ""]])
+        .cycling()
+        .with_delay(delay);
+    let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keyed = Keyed {
+        search,
+        answer,
+        calls: Arc::clone(&calls),
+    };
+    let metrics = Arc::new(seeker::metrics::Metrics::new());
+    let gated = seeker::engine::gate::Gated::new(keyed, 1).with_metrics(Arc::clone(&metrics));
+    let ctx = Arc::new(RolloutContext {
+        engine: Arc::new(gated),
+        search: Arc::new(seeker::search::dispatch::Dispatcher::single(
+            "slow",
+            Arc::new(SlowSearch(StaticBackend::with(&[(
+                "q",
+                vec![doc("1", "T", "text")],
+            )]))),
+        )),
+        profile: Arc::new(profile("search-r1")),
+    });
+    let mut tasks = Vec::new();
+    for (i, who) in ["A", "B", "C", "D"].into_iter().enumerate() {
+        if i > 0 {
+            // B, C and D arrive while A's first round runs, in this order.
+            tokio::time::sleep(Duration::from_millis(if i == 1 { 30 } else { 5 })).await;
+        }
+        let ctx = Arc::clone(&ctx);
+        tasks.push(tokio::spawn(async move {
+            let (result, _) = collect(&ctx, &request(&format!("Rollout {who}"), 64)).await;
+            result.unwrap().answer
+        }));
+        // The rollout has started (its id is taken) before the next one.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap(), "x");
+    }
+    let order = calls.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        ["A1", "B1", "A2", "B2", "C1", "C2", "D1", "D2"],
+        "the order rounds reached the engine"
+    );
+    assert_eq!(metrics.engine_queue_wait.get_sample_count(), 8);
+    assert_eq!(metrics.engine_queue_depth.get(), 0);
+}
