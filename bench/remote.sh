@@ -29,8 +29,15 @@ PY=$(scripts/llama-venv.sh)
     "$PY" -m pip install -q bm25s==0.3.16 PyStemmer==3.1.0
 cargo build --release --locked -q --bin seeker
 SEEKER=target/release/seeker
-PIDS=()
-trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
+# Servers started in $(...) subshells: their pids go to a file, not a variable.
+PIDS="$OUT/pids"
+: >"$PIDS"
+stop_all() {
+    xargs -r kill <"$PIDS" 2>/dev/null || true
+    sleep 1
+    : >"$PIDS"
+}
+trap stop_all EXIT
 
 # llama THREADS -> prints its URL
 llama() {
@@ -38,7 +45,7 @@ llama() {
     log=$(mktemp)
     "$PY" tests/python/llama_server.py "$GGUF" --threads "$1" --parallel 2 --ctx 8192 \
         >"$log" 2>/dev/null &
-    PIDS+=($!)
+    echo $! >>"$PIDS"
     for _ in $(seq 1 200); do
         grep -q "listening on" "$log" && break
         sleep 0.1
@@ -51,7 +58,7 @@ seeker() {
     local log
     log=$(mktemp)
     env "$@" RUST_LOG=warn "$SEEKER" serve --port 0 >"$log" 2>"$OUT/seeker.err" &
-    PIDS+=($!)
+    echo $! >>"$PIDS"
     for _ in $(seq 1 600); do
         grep -q "listening on" "$log" && break
         sleep 0.1
@@ -71,12 +78,6 @@ evaluate() {
         --evidence-in data/wiki/corpus.jsonl --limit "$N" --max-tokens "$MAX" \
         --concurrency "$3" --url "$2" --out "$OUT/$1.jsonl" >"$OUT/$1.table"
     curl -s "$2/metrics" >"$OUT/$1.metrics"
-}
-
-stop_all() {
-    kill "${PIDS[@]}" 2>/dev/null || true
-    wait 2>/dev/null || true
-    PIDS=()
 }
 
 URL=$(seeker)
