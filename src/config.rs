@@ -428,14 +428,32 @@ impl Config {
                         .into(),
                 ));
             }
-            for url in &self.model.remote_urls {
-                let ok = reqwest::Url::parse(url)
-                    .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
-                if !ok {
+            for (i, url) in self.model.remote_urls.iter().enumerate() {
+                match reqwest::Url::parse(url) {
+                    Err(e) => {
+                        return Err(ConfigError::Invalid(format!(
+                            "model.remote_urls: {url:?}: {e}"
+                        )))
+                    }
+                    Ok(u) if !matches!(u.scheme(), "http" | "https") || !u.has_host() => {
+                        return Err(ConfigError::Invalid(format!(
+                            "model.remote_urls: {url:?} is not an http(s) URL"
+                        )))
+                    }
+                    Ok(_) => {}
+                }
+                if self.model.remote_urls[..i].contains(url) {
                     return Err(ConfigError::Invalid(format!(
-                        "model.remote_urls: {url:?} is not an http(s) URL"
+                        "model.remote_urls: {url:?} is listed twice"
                     )));
                 }
+            }
+            let tokenizer_config = &self.model.tokenizer_config;
+            if !tokenizer_config.as_os_str().is_empty() && !tokenizer_config.is_file() {
+                return Err(ConfigError::Invalid(format!(
+                    "model.tokenizer_config = {} is not a file",
+                    tokenizer_config.display()
+                )));
             }
             if self.model.remote_read_timeout_s == 0 {
                 return Err(ConfigError::Invalid(

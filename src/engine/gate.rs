@@ -162,6 +162,10 @@ impl<E: Engine> Engine for Gated<E> {
         self.inner.special_tokens()
     }
 
+    fn healthy(&self) -> bool {
+        self.inner.healthy()
+    }
+
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
         self.inner.render_chat(messages).await
     }

@@ -125,6 +125,13 @@ pub trait Engine: Send + Sync {
         &[]
     }
 
+    /// Whether the engine can take a generation now (`/health` answers 503
+    /// otherwise). Default: true; a remote engine is unhealthy while every
+    /// replica is marked down.
+    fn healthy(&self) -> bool {
+        true
+    }
+
     /// Renders `messages` through the model's chat template, ending with the
     /// generation prompt for a new assistant turn, as text.
     ///

@@ -144,8 +144,12 @@ impl RemoteEngine {
                     "model.remote_urls: {url}: not an http(s) URL"
                 )));
             }
+            // An OpenAI-style base URL (`http://host:8000/v1`) names the
+            // same server: seeker appends `/v1/...` itself.
+            let base = url.trim_end_matches('/');
+            let base = base.strip_suffix("/v1").unwrap_or(base);
             replicas.push(Replica {
-                url: url.trim_end_matches('/').to_string(),
+                url: base.to_string(),
                 in_flight: AtomicUsize::new(0),
                 health: Mutex::new(Health::default()),
             });
@@ -156,37 +160,56 @@ impl RemoteEngine {
             .map_err(|e| EngineError::Load(format!("HTTP client: {e}")))?;
         let started = Instant::now();
         let mut warned = Instant::now();
-        let model = loop {
+        // Every replica is asked; those that do not answer start marked
+        // down (probed again before use). Until one answers, keep asking.
+        let (model, answering) = loop {
             let mut answered = None;
-            for replica in &replicas {
+            let mut answering = Vec::new();
+            let mut failures = Vec::new();
+            for (i, replica) in replicas.iter().enumerate() {
                 match list_models(&client, &replica.url, config.api_key.as_deref()).await {
                     Ok(ids) => {
-                        answered = Some(ids);
-                        break;
+                        answering.push(i);
+                        answered.get_or_insert(ids);
                     }
-                    Err(e) => {
-                        tracing::debug!(replica = %replica.url, error = %e, "not answering yet")
-                    }
+                    Err(e) => failures.push(format!("{}: {e}", replica.url)),
                 }
             }
             match answered {
-                Some(ids) => match &config.model {
-                    Some(name) => break name.clone(),
-                    None => match ids.into_iter().next() {
-                        Some(id) => break id,
-                        None => {
-                            return Err(EngineError::Load(
-                                "the remote server lists no model; set model.remote_model".into(),
-                            ))
+                Some(ids) => {
+                    for failure in &failures {
+                        tracing::warn!(error = %failure, "engine replica not answering at start; marked down");
+                    }
+                    let model = match &config.model {
+                        Some(name) => {
+                            if !ids.is_empty() && !ids.contains(name) {
+                                tracing::warn!(
+                                    remote_model = %name,
+                                    listed = %ids.join(", "),
+                                    "model.remote_model is not among the models the server \
+                                     lists; servers that check the name will refuse requests"
+                                );
+                            }
+                            name.clone()
                         }
-                    },
-                },
+                        None => match ids.into_iter().next() {
+                            Some(id) => id,
+                            None => {
+                                return Err(EngineError::Load(
+                                    "the remote server lists no model; set model.remote_model"
+                                        .into(),
+                                ))
+                            }
+                        },
+                    };
+                    break (model, answering);
+                }
                 None => {
                     if warned.elapsed() >= Duration::from_secs(10) {
                         warned = Instant::now();
                         tracing::warn!(
-                            urls = %config.urls.join(", "),
                             waited_s = started.elapsed().as_secs(),
+                            errors = %failures.join("; "),
                             "no remote engine replica answers GET /v1/models yet; still trying"
                         );
                     }
@@ -208,12 +231,12 @@ impl RemoteEngine {
             read_timeout: config.read_timeout,
             metrics,
         });
-        // Every replica starts healthy; one that is not gets marked down on
-        // its first request.
-        inner
-            .metrics
-            .engine_replicas_up
-            .set(inner.replicas.len() as i64);
+        for i in 0..inner.replicas.len() {
+            if !answering.contains(&i) {
+                inner.mark_down(i, "connection", "not answering GET /v1/models at start");
+            }
+        }
+        inner.metrics.engine_replicas_up.set(inner.up_count());
         Ok(Self { inner })
     }
 
@@ -332,11 +355,14 @@ impl Inner {
 
     /// The replica for the next request of `session`, not one of `tried`:
     /// the session's own replica when it is usable, else the usable one with
-    /// the fewest generations in flight.
+    /// the fewest generations in flight. The pick counts as in flight at once
+    /// (requests that arrive together spread over the replicas); the caller
+    /// gives it back with [`Inner::done`].
     async fn pick(&self, session: Option<u64>, tried: &[usize]) -> Option<usize> {
         if let Some(session) = session {
             if let Some(i) = self.sessions.get(&session).await {
                 if !tried.contains(&i) && self.usable(i).await {
+                    self.replica(i).in_flight.fetch_add(1, Ordering::Relaxed);
                     return Some(i);
                 }
             }
@@ -347,10 +373,16 @@ impl Inner {
         order.sort_by_key(|&i| (self.replica(i).in_flight.load(Ordering::Relaxed), i));
         for i in order {
             if self.usable(i).await {
+                self.replica(i).in_flight.fetch_add(1, Ordering::Relaxed);
                 return Some(i);
             }
         }
         None
+    }
+
+    /// A generation picked on replica `i` ended (or never started).
+    fn done(&self, i: usize) {
+        self.replica(i).in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
     fn body(&self, prompt: &str, max_tokens: usize, params: &GenerationParams) -> Value {
@@ -418,16 +450,17 @@ impl Inner {
                 message,
             });
         }
-        self.metrics
-            .engine_errors
-            .with_label_values(&[replica.url.as_str(), "status"])
-            .inc();
+        // The request's own fault (the prompt is too long) is no replica error.
         if let Some((prompt_tokens, limit)) = context_overflow(&text) {
             return Err(Refusal::Request(EngineError::ContextLength {
                 prompt_tokens,
                 limit,
             }));
         }
+        self.metrics
+            .engine_errors
+            .with_label_values(&[replica.url.as_str(), "status"])
+            .inc();
         Err(Refusal::Request(EngineError::Internal(format!(
             "the remote engine at {} refused the request: {message}",
             replica.url
@@ -448,11 +481,17 @@ impl Inner {
         loop {
             let Some(i) = self.pick(params.session, tried).await else {
                 return Err(EngineError::Internal(format!(
-                    "no remote engine replica can take the request ({} tried, the others are down)",
-                    tried.len()
+                    "no remote engine replica can take the request: {} failed now, the rest of \
+                     the {} configured are marked down",
+                    tried.len(),
+                    self.replicas.len()
                 )));
             };
-            match self.start(i, &body).await {
+            let started = self.start(i, &body).await;
+            if started.is_err() {
+                self.done(i);
+            }
+            match started {
                 Ok(response) => {
                     if let Some(session) = params.session {
                         self.sessions.insert(session, i).await;
@@ -625,14 +664,14 @@ impl Inner {
         sent_at: Instant,
     ) -> StreamEnd {
         let replica = self.replica(i);
-        replica.in_flight.fetch_add(1, Ordering::Relaxed);
-        struct InFlight<'a>(&'a AtomicUsize);
+        // The generation `pick` counted ends with this stream.
+        struct InFlight<'a>(&'a Inner, usize);
         impl Drop for InFlight<'_> {
             fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::Relaxed);
+                self.0.done(self.1);
             }
         }
-        let _in_flight = InFlight(&replica.in_flight);
+        let _in_flight = InFlight(self, i);
         // The round's time on this replica, however its stream ends.
         struct RoundTimer<'a>(&'a prometheus::Histogram, Instant);
         impl Drop for RoundTimer<'_> {
@@ -786,6 +825,11 @@ impl Engine for RemoteEngine {
         &self.inner.special_tokens
     }
 
+    /// False while every replica is marked down and none is due for a probe.
+    fn healthy(&self) -> bool {
+        self.inner.up_count() > 0
+    }
+
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
         self.inner.template.render(messages)
     }
@@ -800,6 +844,7 @@ impl Engine for RemoteEngine {
                 "no remote engine replica is up to count tokens".into(),
             ));
         };
+        inner.done(i);
         let mut request = inner
             .client
             .post(format!("{}/tokenize", inner.replica(i).url))

@@ -18,6 +18,7 @@
 //! | `invalid_api_key` | 401 | invalid_request_error | keys configured and none (or a wrong one) sent |
 //! | `rate_limit_exceeded` | 429 | requests | `server.max_concurrent_requests` running; `Retry-After` says when to retry |
 //! | `model_loading` | 503 | server_error | the model has not finished loading |
+//! | `engine_unavailable` | 503 | server_error | `/health` only: every remote engine replica is marked down |
 //! | `server_shutting_down` | 503 | server_error | SIGTERM: the grace period ended the request |
 //! | `request_timeout` | 504 | server_error | `server.request_timeout_s` passed |
 //! | `body_timeout` | 408 | invalid_request_error | the body did not arrive within `server.body_timeout_s` |
@@ -67,6 +68,7 @@ error_codes! {
     Unauthorized => ("invalid_api_key", UNAUTHORIZED, "invalid_request_error");
     Overloaded => ("rate_limit_exceeded", TOO_MANY_REQUESTS, "requests");
     ModelLoading => ("model_loading", SERVICE_UNAVAILABLE, "server_error");
+    EngineUnavailable => ("engine_unavailable", SERVICE_UNAVAILABLE, "server_error");
     ShuttingDown => ("server_shutting_down", SERVICE_UNAVAILABLE, "server_error");
     RequestTimeout => ("request_timeout", GATEWAY_TIMEOUT, "server_error");
     BodyTimeout => ("body_timeout", REQUEST_TIMEOUT, "invalid_request_error");

@@ -174,15 +174,21 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// Readiness: 200 `{"status": "ok"}` once the model is loaded, 503 before.
+/// Readiness: 200 `{"status": "ok"}` once the model is loaded, 503 before
+/// (and while every remote engine replica is marked down).
 #[utoipa::path(get, path = "/health", tag = "operations", responses(
     (status = 200, description = "Ready", body = openai::Health),
-    (status = 503, description = "The model is loading", body = error::ErrorBody)))]
+    (status = 503, description = "The model is loading, or every remote engine replica is down", body = error::ErrorBody)))]
 async fn health(State(state): State<Arc<AppState>>) -> Response {
     match state.engine() {
-        Some(_) => Json(openai::Health {
+        Some(engine) if engine.healthy() => Json(openai::Health {
             status: "ok".into(),
         })
+        .into_response(),
+        Some(_) => ApiError::new(
+            ErrorCode::EngineUnavailable,
+            "every engine replica is marked down; see the server log",
+        )
         .into_response(),
         None => ApiError::new(ErrorCode::ModelLoading, "the model is loading").into_response(),
     }
