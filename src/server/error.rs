@@ -148,6 +148,15 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// `text` cut to 100 characters (with `…`), for echoing a client's value in
+/// an error message without sending a huge one back.
+pub(crate) fn clip(text: &str) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(100) {
+        Some((at, _)) => format!("{}…", &text[..at]).into(),
+        None => text.into(),
+    }
+}
+
 /// A rollout that failed, as the client's error: the context length and the
 /// request's own mistakes are 400s naming the field; anything else is a 500
 /// `engine_error` whose cause goes to the log only.
@@ -193,5 +202,14 @@ mod tests {
         );
         assert_eq!(e.code.status(), StatusCode::BAD_REQUEST);
         assert_eq!(ErrorCode::ModelNotFound.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn echoed_values_are_clipped() {
+        assert_eq!(clip("gpt-4"), "gpt-4");
+        let long = "é".repeat(15_000);
+        let clipped = clip(&long);
+        assert_eq!(clipped.chars().count(), 101);
+        assert!(clipped.ends_with('…'));
     }
 }

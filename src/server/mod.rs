@@ -226,7 +226,7 @@ async fn model(
     } else {
         ApiError {
             code: ErrorCode::ModelNotFound,
-            message: format!("the model `{id}` does not exist"),
+            message: format!("the model `{}` does not exist", error::clip(&id)),
             param: Some("model".into()),
         }
         .into_response()

@@ -88,7 +88,8 @@ pub(crate) fn validate(
             return Err(ApiError {
                 code: ErrorCode::ModelNotFound,
                 message: format!(
-                    "the model `{model}` does not exist; this server serves `{}` (alias `default`)",
+                    "the model `{}` does not exist; this server serves `{}` (alias `default`)",
+                    super::error::clip(model),
                     state.model_id
                 ),
                 param: Some("model".into()),
@@ -179,10 +180,17 @@ pub(crate) fn validate(
         .iter()
         .any(|m| m.role == Role::User && !m.content.trim().is_empty())
     {
-        return Err(ApiError::invalid_field(
-            "messages",
-            "messages must contain a user message with the question",
-        ));
+        // Name the user message that is there but empty, if one is.
+        return Err(match messages.iter().rposition(|m| m.role == Role::User) {
+            Some(i) => ApiError::invalid_field(
+                &format!("messages[{i}].content"),
+                format!("messages[{i}] is a user message without text: it needs the question"),
+            ),
+            None => ApiError::invalid_field(
+                "messages",
+                "messages must contain a user message with the question",
+            ),
+        });
     }
     let continue_final_message = req.continue_final_message.unwrap_or(false);
     if continue_final_message && messages.last().map(|m| m.role) != Some(Role::Assistant) {

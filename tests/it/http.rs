@@ -227,6 +227,11 @@ async fn models_answers_to_its_id_and_default_only() {
     let (status, body) = send(state(None), "GET", "/v1/models/gpt-4", "").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(error_of(&body)["code"], "model_not_found");
+    // A huge id is not echoed back whole.
+    let huge = "m".repeat(15_000);
+    let (status, body) = send(state(None), "GET", &format!("/v1/models/{huge}"), "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.len() < 1_000, "{} bytes", body.len());
     // An id that does not decode to UTF-8 gets the API's error shape too.
     let (status, body) = send(state(None), "GET", "/v1/models/%FF", "").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -313,6 +318,13 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
             StatusCode::BAD_REQUEST,
             "invalid_value",
             Some("messages"),
+        ),
+        // A user message without text is named (before: `messages`).
+        (
+            r#"{"messages": [{"role": "system", "content": "s"}, {"role": "user"}]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("messages[1].content"),
         ),
         (
             r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}"#,
