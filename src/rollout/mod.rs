@@ -97,6 +97,14 @@ pub enum RolloutEvent {
     },
     /// Documents for one query (empty on failure, with `error`).
     Results(QueryRecord),
+    /// A generation round (from 1) ended: how, and what it cost. Comes after
+    /// the round's search results and splice, before the next round's text.
+    RoundEnd {
+        round: usize,
+        outcome: RoundOutcome,
+        tokens_generated: usize,
+        prompt_tokens_cached: Option<usize>,
+    },
     /// The next piece of the answer.
     Answer(String),
 }
@@ -438,6 +446,7 @@ impl<'a> Rollout<'a> {
                     self.on_scan_events(&mut scanned).await?;
                     self.transcript.push_str(scanner.kept_text());
                     self.record(round_number, RoundOutcome::Length, round_tokens);
+                    self.announce_round(round_number).await?;
                     return self.finish(FinishReason::Length).await;
                 }
                 let round_cap = match profile.max_round_tokens {
@@ -478,6 +487,7 @@ impl<'a> Rollout<'a> {
                         self.engine_ran = true;
                         self.transcript.push_str(scanner.kept_text());
                         self.record(round_number, RoundOutcome::Length, 0);
+                        self.announce_round(round_number).await?;
                         return self.finish(FinishReason::Length).await;
                     }
                     Err(e) => return Err(e.into()),
@@ -531,10 +541,26 @@ impl<'a> Rollout<'a> {
                 engine_finish,
                 tokens: round_tokens,
             };
-            if let Some(reason) = self.end_round(ended, &kept).await? {
+            let finished = self.end_round(ended, &kept).await?;
+            self.announce_round(round_number).await?;
+            if let Some(reason) = finished {
                 return self.finish(reason).await;
             }
         }
+    }
+
+    /// Sends [`RolloutEvent::RoundEnd`] for round `number`, from its record.
+    async fn announce_round(&self, number: usize) -> Result<(), RolloutError> {
+        let Some(record) = self.rounds.iter().rev().find(|r| r.round == number) else {
+            return Ok(());
+        };
+        let event = RolloutEvent::RoundEnd {
+            round: number,
+            outcome: record.outcome,
+            tokens_generated: record.tokens_generated,
+            prompt_tokens_cached: record.prompt_tokens_cached,
+        };
+        self.emit(event).await
     }
 
     /// What the round's end means: records the round, keeps its text in the

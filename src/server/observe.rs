@@ -53,7 +53,7 @@ impl Observer {
             // splice comes before any token (its prefill is still ahead).
             RolloutEvent::Splice(_) if self.first_token => self.phase = "decode",
             RolloutEvent::Splice(_) => self.phase = "before_first_token",
-            RolloutEvent::Results(_) => {}
+            RolloutEvent::Results(_) | RolloutEvent::RoundEnd { .. } => {}
         }
     }
 

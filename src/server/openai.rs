@@ -278,6 +278,17 @@ pub enum SeekerEvent {
     /// profile's text for no query, an invalid action or a failed search), not
     /// generated.
     Splice,
+    /// A generation round (from 1) ended: its outcome (`search`, `no_query`,
+    /// `answer`, `invalid_action`, `eos`, `length`), the tokens it
+    /// generated, and the prompt tokens a remote engine took from its cache.
+    Round {
+        round: usize,
+        #[schema(value_type = String)]
+        outcome: crate::rollout::RoundOutcome,
+        tokens_generated: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        prompt_tokens_cached: Option<usize>,
+    },
     /// One query's documents, as the backend returned them (before the
     /// profile's splice format).
     Results {

@@ -102,6 +102,20 @@ impl ChunkWriter {
                     notes,
                 }),
             ),
+            RolloutEvent::RoundEnd {
+                round,
+                outcome,
+                tokens_generated,
+                prompt_tokens_cached,
+            } => (
+                Delta::default(),
+                Some(SeekerEvent::Round {
+                    round,
+                    outcome,
+                    tokens_generated,
+                    prompt_tokens_cached,
+                }),
+            ),
             RolloutEvent::Results(r) => (
                 Delta::default(),
                 Some(SeekerEvent::Results {
@@ -345,6 +359,18 @@ mod tests {
         assert_eq!(failed["seeker"]["event"]["error_kind"], "timeout");
         assert_eq!(failed["seeker"]["event"]["documents"], json!([]));
         assert_eq!(failed["seeker"]["event"]["backend"], "web");
+        let round = json(&w.event(RolloutEvent::RoundEnd {
+            round: 1,
+            outcome: RoundOutcome::Search,
+            tokens_generated: 9,
+            prompt_tokens_cached: None,
+        }));
+        assert_eq!(round["choices"][0]["delta"], json!({}));
+        assert_eq!(
+            round["seeker"],
+            json!({"event": {"type": "round", "round": 1, "outcome": "search",
+                "tokens_generated": 9}})
+        );
     }
 
     #[test]

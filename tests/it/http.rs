@@ -156,7 +156,18 @@ async fn streamed_completion_is_chunks_then_done_and_matches_non_streamed() {
         .iter()
         .filter_map(|c| c["seeker"]["event"]["type"].as_str())
         .collect();
-    assert_eq!(events, ["search", "results", "splice"]);
+    assert_eq!(events, ["search", "results", "splice", "round", "round"]);
+    // Each round's end says how it ended and what it generated.
+    let rounds: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| c["seeker"]["event"]["type"] == "round")
+        .map(|c| &c["seeker"]["event"])
+        .collect();
+    assert_eq!(rounds[0]["round"], 1);
+    assert_eq!(rounds[0]["outcome"], "search");
+    assert_eq!(rounds[0]["tokens_generated"], 2);
+    assert_eq!(rounds[1]["round"], 2);
+    assert_eq!(rounds[1]["outcome"], "answer");
     // A results event carries what a UI shows of each document while the
     // rollout runs: passage and score too.
     let results = &chunks
