@@ -300,10 +300,7 @@ impl Profile {
 mod tests {
     use super::*;
 
-    fn load(name: &str) -> Profile {
-        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
-        Profile::load_dir(dir).expect("profiles load")[name].clone()
-    }
+    use crate::profile::shipped as load;
 
     #[test]
     fn unknown_keys_fields_and_misplaced_prompt_keys_are_rejected_with_file_and_key() {

@@ -219,3 +219,10 @@ pub struct Profile {
     /// an angle bracket).
     control_tags: Vec<String>,
 }
+
+/// A profile shipped in `config/policies/`, by name (unit tests).
+#[cfg(test)]
+pub(crate) fn shipped(name: &str) -> Profile {
+    let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
+    Profile::load_dir(dir).expect("profiles load")[name].clone()
+}

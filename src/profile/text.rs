@@ -284,14 +284,8 @@ pub fn defuse<'t>(text: &'t str, strings: &[String]) -> std::borrow::Cow<'t, str
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
 
-    use super::*;
-
-    fn load(name: &str) -> Profile {
-        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
-        Profile::load_dir(dir).expect("profiles load")[name].clone()
-    }
+    use crate::profile::shipped as load;
 
     #[test]
     fn search_r1_prompt_matches_the_paper_text() {

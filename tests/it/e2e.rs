@@ -98,16 +98,21 @@ pub(crate) fn start_server_args(index: &Path, env: &[(&str, &str)], args: &[&str
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
+    let base = announced(&mut child, "seeker listening on ");
+    Server { child, base }
+}
+
+/// What a started server's first stdout line gives after `prefix` (its
+/// address); panics with the line when it is something else.
+pub(crate) fn announced(child: &mut Child, prefix: &str) -> String {
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("seeker listening on ")
+    line.trim()
+        .strip_prefix(prefix)
         .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-        .to_string();
-    Server { child, base }
+        .to_string()
 }
 
 pub(crate) async fn wait_healthy(client: &reqwest::Client, base: &str) {

@@ -4,7 +4,6 @@
 //! in-test servers that fail in the ways real ones do (errors, silence,
 //! malformed streams).
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -52,24 +51,23 @@ struct Llama {
 
 impl Llama {
     fn start() -> Self {
+        Self::with_slots(2)
+    }
+
+    /// A server with `slots` parallel slots. With one, every round of a
+    /// rollout meets its own cached prefix (with two, llama.cpp may pick the
+    /// other slot for the next round, which then reuses nothing).
+    fn with_slots(slots: u32) -> Self {
         let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
         let mut child = Command::new(llama_python())
             .arg(root().join("tests/python/llama_server.py"))
             .arg(&gguf)
-            .args(["--parallel", "2", "--ctx", "8192"])
+            .args(["--parallel", &slots.to_string(), "--ctx", "8192"])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("llama-server listening on ")
-            .unwrap_or_else(|| panic!("llama server did not start: {line:?}"))
-            .to_string();
+        let url = crate::e2e::announced(&mut child, "llama-server listening on ");
         Self { child, url }
     }
 
@@ -127,6 +125,12 @@ fn forced_search(stream: bool, max_tokens: u32) -> Value {
             {"role": "user", "content": "Who painted the Mona Lisa?"},
             {"role": "assistant", "content": "<think>I need to search.</think>\n<search> Mona Lisa"}]
     })
+}
+
+/// The server's `/metrics` text.
+async fn metrics_of(client: &reqwest::Client, base: &str) -> String {
+    let response = client.get(format!("{base}/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
 }
 
 /// What a streamed response said: reasoning, answer, the last chunk with
@@ -221,7 +225,7 @@ async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() 
 /// streamed response says what the non-streamed one says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_on_llama_server_splices_reuses_its_prefix_and_streams_the_same() {
-    let llama = Llama::start();
+    let llama = Llama::with_slots(1);
     let (server, client, url) = seeker_on(&[&llama.url], &[]).await;
 
     let answer: Value = client
@@ -299,14 +303,7 @@ async fn a_rollout_on_llama_server_splices_reuses_its_prefix_and_streams_the_sam
     );
     assert_eq!(last["seeker"]["rounds"][0]["queries"], json!(["Mona Lisa"]));
 
-    let metrics = client
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_of(&client, &server.base).await;
     let requests = format!(
         "seeker_engine_requests_total{{replica=\"{}\"}} 4",
         llama.url
@@ -353,14 +350,7 @@ async fn a_replica_killed_mid_stream_hands_the_round_to_the_other() {
     let (_, _, last, errors) = read_stream(&text);
     assert!(errors.is_empty(), "{errors:?}");
     assert!(last["choices"][0]["finish_reason"].is_string(), "{text}");
-    let metrics = client
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_of(&client, &server.base).await;
     assert!(
         metrics.contains(&format!(
             "seeker_engine_errors_total{{kind=\"stream\",replica=\"{killed}\"}}"
@@ -397,14 +387,7 @@ async fn rollouts_arriving_together_spread_over_the_replicas() {
     );
     assert_eq!(a.unwrap().status(), 200);
     assert_eq!(b.unwrap().status(), 200);
-    let metrics = client
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_of(&client, &server.base).await;
     for replica in [&first.url, &second.url] {
         let line = format!("seeker_engine_requests_total{{replica=\"{replica}\"}} 1");
         assert!(metrics.contains(&line), "{line} missing in {metrics}");
@@ -538,15 +521,17 @@ async fn failing_servers_give_an_engine_error_or_fail_over() {
         let bad = faulty(fault).await;
         let (_server, client, url) = seeker_on(
             &[&bad, &llama.url],
-            // Long enough for the real server's prefill on a busy machine.
-            &[("SEEKER_MODEL__REMOTE_READ_TIMEOUT_S", "5")],
+            // Long enough for the real server's prefill while the other
+            // tests load the machine (5 s was not, once in a full run).
+            &[("SEEKER_MODEL__REMOTE_READ_TIMEOUT_S", "15")],
         )
         .await;
         // Both replicas idle: the first request goes to the faulty one (the
         // first listed), fails over, and is served.
         let response = client.post(&url).json(&ask).send().await.unwrap();
-        assert_eq!(response.status(), 200);
+        let status = response.status();
         let body: Value = response.json().await.unwrap();
+        assert_eq!(status, 200, "{body}");
         assert!(body["choices"][0]["finish_reason"].is_string(), "{body}");
     }
 }

@@ -41,6 +41,9 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+mod wire;
+
+use self::wire::{context_overflow, parse_chunk, SseLines};
 use super::chat_template::ChatTemplate;
 use super::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams,
@@ -531,109 +534,6 @@ async fn read_error_body(response: reqwest::Response) -> String {
     String::from_utf8_lossy(&body).into_owned()
 }
 
-/// `(prompt tokens, context length)` when an error body says the prompt does
-/// not fit: llama-server's `exceed_context_size_error` (with `n_prompt_tokens`
-/// and `n_ctx`), vLLM's "This model's maximum context length is N tokens.
-/// However, you requested M tokens (P in the messages, …)". 0 where the
-/// server does not give a number.
-fn context_overflow(body: &str) -> Option<(usize, usize)> {
-    let value: Value = serde_json::from_str(body).unwrap_or(Value::Null);
-    let error = if value["error"].is_object() {
-        &value["error"]
-    } else {
-        &value
-    };
-    if error["type"] == "exceed_context_size_error" {
-        let n = |k: &str| error[k].as_u64().unwrap_or(0) as usize;
-        return Some((n("n_prompt_tokens"), n("n_ctx")));
-    }
-    let message = error["message"].as_str().unwrap_or(body);
-    let number = |pattern: &str| {
-        regex::Regex::new(pattern)
-            .expect("valid regex")
-            .captures(message)
-            .and_then(|c| c[1].parse::<usize>().ok())
-    };
-    let limit = number(r"maximum context length is (\d+)")?;
-    let prompt = number(r"(\d+) (?:tokens )?in the (?:messages|prompt)")
-        .or_else(|| number(r"requested (\d+) tokens"))
-        .unwrap_or(limit);
-    Some((prompt, limit))
-}
-
-/// One parsed `data:` payload of a completions stream.
-#[derive(Debug, Default, PartialEq)]
-struct Chunk {
-    text: String,
-    finish: Option<EngineFinish>,
-    /// Prompt tokens and cached prompt tokens, when reported.
-    prompt: Option<(usize, Option<usize>)>,
-    /// Completion tokens so far, when reported.
-    generated: Option<usize>,
-}
-
-/// Parses one `data:` payload (`[DONE]` excluded).
-fn parse_chunk(data: &str) -> Result<Chunk, String> {
-    let v: Value = serde_json::from_str(data).map_err(|e| format!("malformed chunk: {e}"))?;
-    if v.get("error").is_some() {
-        return Err(format!("error event: {}", v["error"]));
-    }
-    let choice = &v["choices"][0];
-    let mut chunk = Chunk {
-        text: choice["text"].as_str().unwrap_or("").to_string(),
-        finish: match choice["finish_reason"].as_str() {
-            None => None,
-            Some("length") => Some(EngineFinish::Length),
-            Some(_) => Some(EngineFinish::Stop),
-        },
-        ..Chunk::default()
-    };
-    if !v["choices"].is_array() && v.get("usage").is_none() {
-        return Err("malformed chunk: no choices".into());
-    }
-    let usage = &v["usage"];
-    let timings = &v["timings"];
-    if let Some(prompt) = usage["prompt_tokens"].as_u64() {
-        let cached = usage["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .or_else(|| timings["cache_n"].as_u64());
-        chunk.prompt = Some((prompt as usize, cached.map(|c| c as usize)));
-        chunk.generated = usage["completion_tokens"].as_u64().map(|n| n as usize);
-    } else if let (Some(prefilled), Some(cached)) =
-        (timings["prompt_n"].as_u64(), timings["cache_n"].as_u64())
-    {
-        chunk.prompt = Some(((prefilled + cached) as usize, Some(cached as usize)));
-        chunk.generated = timings["predicted_n"].as_u64().map(|n| n as usize);
-    }
-    Ok(chunk)
-}
-
-/// Splits an SSE byte stream into `data:` payloads.
-#[derive(Default)]
-struct SseLines {
-    buffer: Vec<u8>,
-}
-
-impl SseLines {
-    /// The complete `data:` payloads in `bytes` (plus what was held back).
-    fn push(&mut self, bytes: &[u8]) -> Result<Vec<String>, String> {
-        self.buffer.extend_from_slice(bytes);
-        let mut out = Vec::new();
-        while let Some(end) = self.buffer.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.buffer.drain(..=end).collect();
-            let line = std::str::from_utf8(&line)
-                .map_err(|_| "malformed stream: not UTF-8".to_string())?
-                .trim_end_matches(['\r', '\n']);
-            if let Some(data) = line.strip_prefix("data:") {
-                out.push(data.strip_prefix(' ').unwrap_or(data).to_string());
-            }
-            // Comments (`: ping`), `event:`/`id:` lines and blank lines are
-            // not data.
-        }
-        Ok(out)
-    }
-}
-
 /// What the round streamed so far, for a re-run elsewhere after a failure.
 struct Progress {
     text: String,
@@ -772,28 +672,28 @@ impl Inner {
                     if let Some(n) = chunk.generated {
                         generated_base = Some(n);
                     }
-                    // Cut at the first stop string (looked for only where the
-                    // new text can complete one).
-                    let mut from = progress.text.len().saturating_sub(longest_stop);
+                    // Cut at the first stop string, looked for only where the
+                    // new text can complete one (no copy of the round's text).
+                    let before = progress.text.len();
+                    let mut from = before.saturating_sub(longest_stop);
                     while !progress.text.is_char_boundary(from) {
                         from -= 1;
                     }
                     let mut text = chunk.text;
-                    let joined = format!("{}{}", &progress.text[from..], text);
+                    progress.text.push_str(&text);
+                    let window = &progress.text[from..];
                     let cut = params
                         .stop
                         .iter()
                         .filter(|s| !s.is_empty())
-                        .filter_map(|s| joined.find(s.as_str()).map(|at| at + s.len()))
+                        .filter_map(|s| window.find(s.as_str()).map(|at| from + at + s.len()))
+                        .filter(|&end| end > before)
                         .min();
-                    let stopped = match cut {
-                        Some(end) if end > progress.text.len() - from => {
-                            text.truncate(end - (progress.text.len() - from));
-                            true
-                        }
-                        _ => false,
-                    };
-                    progress.text.push_str(&text);
+                    if let Some(end) = cut {
+                        progress.text.truncate(end);
+                        text.truncate(end - before);
+                    }
+                    let stopped = cut.is_some();
                     progress.tokens += tokens;
                     if tx
                         .send(Ok(EngineEvent::Text { text, tokens }))
@@ -935,53 +835,5 @@ impl Engine for RemoteEngine {
             prompt_tokens: 0,
             events: rx,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sse_lines_split_across_reads_and_skip_comments() {
-        let mut lines = SseLines::default();
-        assert_eq!(lines.push(b"data: {\"a\"").unwrap(), Vec::<String>::new());
-        assert_eq!(
-            lines.push(b":1}\n\n: ping\r\ndata:[DONE]\r\n").unwrap(),
-            vec!["{\"a\":1}".to_string(), "[DONE]".to_string()]
-        );
-    }
-
-    #[test]
-    fn chunks_of_llama_server_and_vllm_are_read() {
-        // llama-server with timings_per_token.
-        let c = parse_chunk(r#"{"choices":[{"text":" Leo","finish_reason":null}],"timings":{"cache_n":20,"prompt_n":3,"predicted_n":1}}"#).unwrap();
-        assert_eq!(c.text, " Leo");
-        assert_eq!(c.prompt, Some((23, Some(20))));
-        assert_eq!(c.generated, Some(1));
-        // vLLM with continuous usage stats.
-        let c = parse_chunk(r#"{"choices":[{"text":"x","finish_reason":"length"}],"usage":{"prompt_tokens":40,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":32}}}"#).unwrap();
-        assert_eq!(c.finish, Some(EngineFinish::Length));
-        assert_eq!(c.prompt, Some((40, Some(32))));
-        assert_eq!(c.generated, Some(7));
-        // The usage-only chunk of include_usage.
-        let c = parse_chunk(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2}}"#)
-            .unwrap();
-        assert_eq!(c.prompt, Some((5, None)));
-        assert!(parse_chunk("{not json").is_err());
-        assert!(parse_chunk(r#"{"error":{"message":"boom"}}"#).is_err());
-        assert!(parse_chunk(r#"{"id":"x"}"#).is_err());
-    }
-
-    #[test]
-    fn context_errors_of_both_servers_are_recognised() {
-        let llama = r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error","n_prompt_tokens":5000,"n_ctx":4096}}"#;
-        assert_eq!(context_overflow(llama), Some((5000, 4096)));
-        let vllm = r#"{"object":"error","message":"This model's maximum context length is 2048 tokens. However, you requested 2100 tokens (2000 in the messages, 100 in the completion). Please reduce the length of the messages or completion.","type":"BadRequestError","code":400}"#;
-        assert_eq!(context_overflow(vllm), Some((2000, 2048)));
-        assert_eq!(
-            context_overflow(r#"{"error":{"message":"model not found"}}"#),
-            None
-        );
     }
 }
