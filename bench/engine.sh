@@ -10,8 +10,13 @@
 # RUNS alternating pairs (seeker, then llama.cpp with 2 threads), medians, ratios.
 # Then the 2-round rollout split (examples/rollout_bench.rs) for each format.
 #
-# Installs llama-cpp-python 0.3.36 with pip if it is missing (builds llama.cpp from
-# source, ~5 min). Needs the default model and index (scripts/fetch-defaults.sh).
+# llama.cpp is the server of the pinned xllamacpp wheel (prebuilt; scripts/llama-venv.sh
+# installs it into target/llama-venv), run by bench/llama_cpp_bench.py with 2 threads.
+# Needs the model and index (scripts/fetch-defaults.sh).
+# GGUF (default: the small SmolLM2-135M Q4_1) and PROFILE (the prompt's policy profile,
+# default search-r1-prefetch) pick the model; for the default Qwen2.5-Coder-1.5B:
+#   GGUF=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf PROFILE=search-r1 \
+#   WEIGHTS="as_is f32" OUT=target/bench-engine-qwen bench/engine.sh
 # Output: a markdown report on stdout and every raw run in target/bench-engine/.
 #
 # PARTS (default "engine rollout") picks the parts to run; the report uses what
@@ -24,12 +29,14 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 WEIGHTS=${WEIGHTS:-"as_is q8_0 f32"}
 PARTS=${PARTS:-"engine rollout"}
-GGUF=models/SmolLM2-135M-Instruct.Q4_1.gguf
-OUT=target/bench-engine
+GGUF=${GGUF:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+PROFILE=${PROFILE:-search-r1-prefetch}
+OUT=${OUT:-target/bench-engine}
 mkdir -p "$OUT"
 
-python3 -c "import llama_cpp" 2>/dev/null ||
-    python3 -m pip install -q llama-cpp-python==0.3.36
+LLAMA_PY=$(scripts/llama-venv.sh)
+# The GGUF's own weight type, from its file name (Q4_1, Q4_K_M, ...), for the report.
+LLAMA_LABEL=$(basename "$GGUF" .gguf | grep -oiE 'q[0-9]_[0-9a-z_]+$|f(16|32)$' | tr a-z A-Z || echo as_is)
 cargo build --release -q --example engine_bench --example rollout_bench
 BENCH=target/release/examples/engine_bench
 
@@ -48,12 +55,13 @@ PROMPTS=("long 8 64" "round 3 80")
     read -r name docs max <<<"$spec"
     for w in $WEIGHTS; do
         for run in $(seq 1 "$RUNS"); do
-            $BENCH --gguf "$GGUF" --weights "$w" --docs "$docs" --max-tokens "$max" --runs 1 \
+            $BENCH --gguf "$GGUF" --profile "config/policies/$PROFILE.toml" --weights "$w" \
+                --docs "$docs" --max-tokens "$max" --runs 1 \
                 --prompt-out "$OUT/$name.txt" >"$OUT/last.txt" 2>"$OUT/last.err"
             tag "$OUT/last.txt" seeker "$w" "$name" >>"$OUT/runs.jsonl"
-            python3 bench/llama_cpp_bench.py "$OUT/$name.txt" --gguf "$GGUF" --max-tokens "$max" \
+            "$LLAMA_PY" bench/llama_cpp_bench.py "$OUT/$name.txt" --gguf "$GGUF" --max-tokens "$max" \
                 --runs 1 >"$OUT/last.txt" 2>"$OUT/last.err"
-            tag "$OUT/last.txt" llama.cpp q4_1 "$name" >>"$OUT/runs.jsonl"
+            tag "$OUT/last.txt" llama.cpp "$LLAMA_LABEL" "$name" >>"$OUT/runs.jsonl"
         done
     done
 done
@@ -80,7 +88,7 @@ print("|---|---|---|---|---|---|---|---|")
 for prompt in ["long", "round"]:
     ref = [r for r in runs if r["prompt"] == prompt and r["engine"] == "llama.cpp"]
     ref_p, ref_d = med([r["prefill_tok_s"] for r in ref]), med([r["decode_tok_s"] for r in ref])
-    print(f"| {prompt} | llama.cpp (2 threads) | Q4_1 | {ref[0]['prompt_tokens']} | {ref_p:.0f} | {ref_d:.0f} | 1 | 1 |")
+    print(f"| {prompt} | llama.cpp (2 threads) | {ref[0]['weights']} | {ref[0]['prompt_tokens']} | {ref_p:.0f} | {ref_d:.0f} | 1 | 1 |")
     for w in dict.fromkeys(r["weights"] for r in runs if r["engine"] == "seeker"):
         mine = [r for r in runs if r["prompt"] == prompt and r["engine"] == "seeker" and r["weights"] == w]
         p, d = med([r["prefill_tok_s"] for r in mine]), med([r["decode_tok_s"] for r in mine])

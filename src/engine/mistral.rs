@@ -207,6 +207,118 @@ impl MistralEngine {
     }
 }
 
+impl MistralEngine {
+    /// The `top` most likely next tokens after `prompt` (tokenized as
+    /// [`MistralEngine::tokenize`] does), as `(token id, natural-log
+    /// probability)` pairs, most likely first: the log-softmax (in f64) of the
+    /// raw logits the model gives for the next position, read by a logits
+    /// processor before sampling. One greedy step, no token kept.
+    ///
+    /// What faithfulness checks compare with llama.cpp's `n_probs` (same
+    /// definition: probabilities of the unmodified distribution). mistral.rs's
+    /// own `logprobs` are not used: in greedy mode 0.8.1 reports the base-10
+    /// logarithm of a raw logit (`sampler.rs`, `sample_argmax`).
+    ///
+    /// # Errors
+    /// [`EngineError::ContextLength`] when `prompt` fills the context;
+    /// [`EngineError::Internal`] when the engine fails or sends no logits.
+    pub async fn next_token_logprobs(
+        &self,
+        prompt: &str,
+        top: usize,
+    ) -> Result<Vec<(u32, f64)>, EngineError> {
+        let ids = self.tokenize(prompt).await?;
+        if let Some(limit) = self.max_seq_len {
+            if ids.len() >= limit {
+                return Err(EngineError::ContextLength {
+                    prompt_tokens: ids.len(),
+                    limit,
+                });
+            }
+        }
+        let captured: Arc<std::sync::Mutex<Option<Vec<f32>>>> = Arc::default();
+        let sink = Arc::clone(&captured);
+        let capture = move |logits: &candle_core::Tensor,
+                            _context: &[u32]|
+              -> candle_core::Result<candle_core::Tensor> {
+            let mut slot = sink.lock().unwrap();
+            if slot.is_none() {
+                *slot = Some(logits.to_dtype(candle_core::DType::F32)?.to_vec1()?);
+            }
+            Ok(logits.clone())
+        };
+        let mut sampling = SamplingParams::deterministic();
+        sampling.max_len = Some(1);
+        let (engine_tx, mut engine_rx) = mpsc::channel(8);
+        let mut request = NormalRequest::new_simple(
+            RequestMessage::CompletionTokens(ids),
+            sampling,
+            engine_tx,
+            0,
+            None,
+            None,
+        );
+        request.is_streaming = true;
+        request.logits_processors = Some(vec![Arc::new(capture)]);
+        let sender = self
+            .model
+            .inner()
+            .get_sender(None)
+            .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
+        sender
+            .send(Request::Normal(Box::new(request)))
+            .await
+            .map_err(|_| EngineError::Internal("engine stopped".into()))?;
+        // Read to the end: the sequence is finished, not cancelled.
+        while let Some(response) = engine_rx.recv().await {
+            match response {
+                Response::InternalError(e) | Response::ValidationError(e) => {
+                    return Err(EngineError::Internal(e.to_string()))
+                }
+                Response::CompletionModelError(e, _) | Response::ModelError(e, _) => {
+                    return Err(EngineError::Internal(e))
+                }
+                Response::CompletionDone(_) => break,
+                Response::CompletionChunk(c)
+                    if c.choices.iter().any(|c| c.finish_reason.is_some()) =>
+                {
+                    break
+                }
+                _ => {}
+            }
+        }
+        let logits = captured
+            .lock()
+            .unwrap()
+            .take()
+            .ok_or_else(|| EngineError::Internal("no logits were computed".into()))?;
+        Ok(top_log_softmax(&logits, top))
+    }
+}
+
+/// The `top` largest entries of `log_softmax(logits)` as `(index, log-prob)`,
+/// largest first (ties by lower index), computed in f64.
+fn top_log_softmax(logits: &[f32], top: usize) -> Vec<(u32, f64)> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let log_sum = logits
+        .iter()
+        .map(|&l| (l as f64 - max).exp())
+        .sum::<f64>()
+        .ln()
+        + max;
+    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+    order.sort_by(|&a, &b| {
+        logits[b as usize]
+            .total_cmp(&logits[a as usize])
+            .then(a.cmp(&b))
+    });
+    order
+        .into_iter()
+        .take(top)
+        .map(|i| (i, logits[i as usize] as f64 - log_sum))
+        .collect()
+}
+
 /// Builds the engine (`mistralrs::Model`) from a loaded pipeline on a thread
 /// of its own, so that nothing else can be parked behind it.
 ///

@@ -2,12 +2,15 @@
 //! embedded engine runs fastest on this CPU.
 //!
 //! candle 0.10 (mistral.rs 0.8.1's tensor library) has SIMD dot products for
-//! Q8_0, Q4_0 and the K-quants but not for Q4_1, the default model's format:
-//! Q4_1 matmuls take its scalar path. Re-quantizing every Q4_1 (or other
-//! kernel-less) weight to Q8_0 keeps the model's values to within Q8_0's
-//! rounding (1/127 of each 32-weight block's largest magnitude, on top of
-//! Q4_1's own error) and runs on the AVX2 kernel. Measured gains are in
-//! `bench/README.md` (with the candle kernels each format has). Q4_K is not offered:
+//! Q8_0, Q4_0 and the K-quants but not for Q4_1 (the small SmolLM2 GGUF's
+//! format), Q5_0, Q5_1 or Q8_1: those take its scalar path. Re-quantizing
+//! them to Q8_0 keeps the model's values to within Q8_0's rounding (1/127 of
+//! each 32-weight block's largest magnitude, on top of the source's own
+//! error) and runs on the AVX2 kernel; an F32 copy runs dense matmuls.
+//! Measured (`bench/README.md`): on SmolLM2-135M Q4_1 the F32 copy is the
+//! fastest; on the default Qwen2.5-Coder-1.5B Q4_K_M the file as it is beats
+//! its Q8_0 copy (half the prefill speed) and its 7 GB F32 copy (a quarter
+//! of the decode speed). [`resolve`] picks accordingly. Q4_K is not offered:
 //! it needs rows that are multiples of 256 and SmolLM2's are 576.
 //!
 //! The rewrite uses candle's own GGUF reader and writer: every metadata key
@@ -24,21 +27,23 @@ use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::Device;
 
 /// Largest F32 copy [`WeightFormat::Auto`] writes: 2 GiB (about 500M
-/// parameters). Dense F32 wins on the default 135M model (`bench/README.md`);
-/// a 7B policy in F32 would need 28 GB, and decode on a CPU is bound by
-/// memory bandwidth, so larger models get Q8_0.
+/// parameters). Dense F32 wins on the small 135M model (`bench/README.md`);
+/// decode on a CPU is bound by memory bandwidth, and the 1.5B default model's
+/// 7 GB F32 copy decodes at a quarter of its Q4_K speed.
 pub const AUTO_F32_LIMIT_BYTES: u64 = 2 << 30;
 
 /// Weight formats `prepare` writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightFormat {
-    /// F32 when the model's F32 copy is at most [`AUTO_F32_LIMIT_BYTES`],
-    /// else Q8_0 (the default).
+    /// The measured winner, picked by [`resolve`] from the file's size and
+    /// weight types (the default).
     Auto,
-    /// Load the GGUF as it is.
+    /// Load the GGUF as it is (what `auto` picks when every quantized
+    /// weight has a SIMD kernel and the F32 copy would exceed 2 GiB).
     AsIs,
-    /// Re-quantize kernel-less quantized weights to Q8_0.
+    /// Re-quantize every quantized weight to Q8_0 (those already in Q8_0,
+    /// and rows that are not whole 32-value blocks, stay as they are).
     Q8_0,
     /// Dequantize every weight to F32: dense matmuls (fast prefill on a
     /// small model; 4 bytes per weight).
@@ -176,7 +181,12 @@ pub fn chat_template_parts(
 }
 
 /// [`WeightFormat::Auto`] made concrete for `gguf` (other formats unchanged):
-/// F32 if every weight in F32 fits in [`AUTO_F32_LIMIT_BYTES`], else Q8_0.
+/// F32 if every weight in F32 fits in [`AUTO_F32_LIMIT_BYTES`]; else Q8_0 if
+/// some weight is in a format candle has no SIMD kernel for (Q4_1, Q5_0,
+/// Q5_1, Q8_1); else the file as it is. Each step is the measured winner on
+/// this CPU (`bench/README.md`): F32 on SmolLM2-135M Q4_1; on
+/// Qwen2.5-Coder-1.5B Q4_K_M (Q4_K/Q6_K, which have kernels) the file as it
+/// is beats both its Q8_0 copy and its 7 GB F32 copy.
 ///
 /// # Errors
 /// `gguf` is not a readable GGUF.
@@ -190,15 +200,21 @@ pub fn resolve(gguf: &Path, format: WeightFormat) -> anyhow::Result<WeightFormat
         .values()
         .map(|t| t.shape.elem_count() as u64 * 4)
         .sum();
+    let kernel_less = content
+        .tensor_infos
+        .values()
+        .any(|t| needs_conversion(t.ggml_dtype));
     Ok(if f32_bytes <= AUTO_F32_LIMIT_BYTES {
         WeightFormat::F32
-    } else {
+    } else if kernel_less {
         WeightFormat::Q8_0
+    } else {
+        WeightFormat::AsIs
     })
 }
 
 /// Rewrites `src` into `dst` in `format`: [`WeightFormat::Q8_0`] re-quantizes
-/// every kernel-less quantized weight whose rows are whole Q8_0 blocks (32
+/// every quantized weight not in Q8_0 whose rows are whole Q8_0 blocks (32
 /// values); [`WeightFormat::F32`] dequantizes every quantized weight (the
 /// same values candle computes with `CANDLE_DEQUANTIZE_ALL=1`). Writes to a
 /// temporary file (`DST.partial-PID`, removed again on error) and renames
@@ -226,7 +242,9 @@ pub fn prepare(src: &Path, dst: &Path, format: WeightFormat) -> anyhow::Result<P
         );
         let tensor = match format {
             WeightFormat::Q8_0
-                if needs_conversion(tensor.dtype()) && row % GgmlDType::Q8_0.block_size() == 0 =>
+                if quantized
+                    && tensor.dtype() != GgmlDType::Q8_0
+                    && row % GgmlDType::Q8_0.block_size() == 0 =>
             {
                 converted += 1;
                 QTensor::quantize(&tensor.dequantize(&Device::Cpu)?, GgmlDType::Q8_0)?

@@ -1,9 +1,9 @@
-//! End to end with real components: the `seeker` binary, the real default GGUF
-//! (SmolLM2-135M-Instruct Q4_1), a real BM25 index over the real Wikipedia
+//! End to end with real components: the `seeker` binary, the real small GGUF
+//! (SmolLM2-135M-Instruct Q4_1, as `config/small.toml` serves it), a real BM25 index over the real Wikipedia
 //! corpus, a real server on port 0, real HTTP.
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,18 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One BM25 index over the default corpus for every test that needs one
+/// but does not look into it (built once, kept for the test process).
+pub(crate) fn shared_index() -> &'static Path {
+    static INDEX: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    INDEX.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        let index = dir.join("index");
+        build_index(&index);
+        index
+    })
 }
 
 pub(crate) fn build_index(index: &Path) {
@@ -72,22 +84,36 @@ fn start_server(index: &Path) -> Server {
     start_server_with(index, &[])
 }
 
-/// A server on the default config, with `env` added.
+/// A server on the small model (as `config/small.toml` serves it), with
+/// `env` added.
 pub(crate) fn start_server_with(index: &Path, env: &[(&str, &str)]) -> Server {
     start_server_args(index, env, &[])
 }
 
-/// A server on the default config, with `env` added and `args` after
-/// `seeker serve`.
+/// A server on the small model (as `config/small.toml` serves it: the fast
+/// suites' model; `tests/it/qwen.rs` runs the default one), with `env` added
+/// and `args` after `seeker serve`.
 pub(crate) fn start_server_args(index: &Path, env: &[(&str, &str)], args: &[&str]) -> Server {
-    let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let gguf = default_data(seeker::config::SMALL_GGUF);
+    let gguf = gguf.to_str().unwrap();
+    let mut all = vec![
+        ("SEEKER_MODEL__GGUF", gguf),
+        ("SEEKER_MODEL__ID", "SmolLM2-135M-Instruct"),
+        ("SEEKER_POLICY__DEFAULT", "search-r1-prefetch"),
+    ];
+    all.extend_from_slice(env);
+    start_default_model(index, &all, args)
+}
+
+/// A server on the default config and model, with `env` added and `args`
+/// after `seeker serve`.
+pub(crate) fn start_default_model(index: &Path, env: &[(&str, &str)], args: &[&str]) -> Server {
     let mut command = Command::new(seeker_bin());
     command
         .args(["serve", "--host", "127.0.0.1", "--port", "0"])
         .args(args)
         .current_dir(root())
         .env("SEEKER_SEARCH__INDEX", index)
-        .env("SEEKER_MODEL__GGUF", &gguf)
         // mistral.rs warns of "a mix of GPU and CPU" on every CPU load.
         .env("RUST_LOG", "warn,mistralrs_core::pipeline::gguf=error");
     for (k, v) in env {

@@ -15,8 +15,11 @@
 //!   requests arrive; `seeker index` and `seeker eval` stopped by signals.
 //! - `faults`: faults found by attacking the running server, through the real
 //!   binary and model.
-//! - `e2e`: the real binary, the real default GGUF and corpus (fetch them first
-//!   with `scripts/fetch-defaults.sh --no-index`).
+//! - `e2e`: the real binary, the real small GGUF (SmolLM2) and the default
+//!   corpus (fetch them first with `scripts/fetch-defaults.sh --no-index`).
+//! - `qwen`: the default model (Qwen2.5-Coder-1.5B) against llama.cpp on the
+//!   same GGUF (prompt, token ids, log-probabilities, end of turn), and end to
+//!   end through the binary on the default config.
 //! - `common`: shared helpers.
 //!
 //! `SEEKER_TEST_BIN=PATH` runs the real-binary tests against another build.
@@ -29,6 +32,7 @@ mod http;
 mod ops;
 mod prepare;
 mod protocols;
+mod qwen;
 mod remote;
 mod rollout;
 mod splice;

@@ -5,32 +5,20 @@
 //! malformed streams).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::common::{default_data, root};
-use crate::e2e::{build_index, start_server_with, wait_healthy, Server};
+use crate::e2e::{shared_index, start_server_with, wait_healthy, Server};
 use crate::http::sse_data;
-
-/// One BM25 index for every test here (built once, kept for the process).
-fn shared_index() -> &'static Path {
-    static INDEX: OnceLock<PathBuf> = OnceLock::new();
-    INDEX.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
-        let index = dir.join("index");
-        build_index(&index);
-        index
-    })
-}
 
 /// The Python with `xllamacpp`: `SEEKER_LLAMA_PYTHON`, or the venv that
 /// `scripts/llama-venv.sh` makes. Missing is a failure with the fix, not a skip.
-fn llama_python() -> PathBuf {
+pub(crate) fn llama_python() -> PathBuf {
     if let Ok(python) = std::env::var("SEEKER_LLAMA_PYTHON") {
         return python.into();
     }
@@ -43,10 +31,10 @@ fn llama_python() -> PathBuf {
     python
 }
 
-/// A llama.cpp server on the default GGUF, killed when dropped.
-struct Llama {
+/// A llama.cpp server (xllamacpp) on a GGUF, killed when dropped.
+pub(crate) struct Llama {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Llama {
@@ -58,11 +46,23 @@ impl Llama {
     /// rollout meets its own cached prefix (with two, llama.cpp may pick the
     /// other slot for the next round, which then reuses nothing).
     fn with_slots(slots: u32) -> Self {
-        let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        Self::serve(
+            &default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+            slots,
+            1,
+            &[],
+        )
+    }
+
+    /// A server on `gguf` with `slots` parallel slots, `threads` threads and
+    /// `extra` arguments of `tests/python/llama_server.py`.
+    pub(crate) fn serve(gguf: &std::path::Path, slots: u32, threads: u32, extra: &[&str]) -> Self {
         let mut child = Command::new(llama_python())
             .arg(root().join("tests/python/llama_server.py"))
-            .arg(&gguf)
+            .arg(gguf)
+            .args(extra)
             .args(["--parallel", &slots.to_string(), "--ctx", "8192"])
+            .args(["--threads", &threads.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::common::default_data;
-use crate::e2e::{build_index, seeker_bin, start_server_args, start_server_with};
+use crate::e2e::{build_index, seeker_bin, shared_index, start_server_args, start_server_with};
 
 /// Server starts in the load test. A start of the broken server (before the
 /// fix of issue 12) hung in about half the starts that had requests arriving
@@ -315,6 +315,9 @@ async fn a_file_that_is_no_model_fails_before_listening() {
     let output = Command::new(seeker_bin())
         .args(["serve", "--host", "127.0.0.1", "--port", "0"])
         .current_dir(crate::common::root())
+        // A clean clone has no index at the default path: the test must
+        // reach the model check, whatever `serve` checks first.
+        .env("SEEKER_SEARCH__INDEX", shared_index())
         .env("SEEKER_MODEL__GGUF", &garbage)
         .output()
         .unwrap();

@@ -1,6 +1,6 @@
 """Serves a GGUF with llama.cpp's server (the xllamacpp wheel) on 127.0.0.1.
 
-    python llama_server.py MODEL.gguf [--port 0] [--ctx 4096] [--parallel 2] [--threads 1]
+    python llama_server.py MODEL.gguf [--port 0] [--ctx 4096] [--parallel 2] [--threads 1] [--kv-f32]
 
 Prints `llama-server listening on http://HOST:PORT` once it accepts requests, then
 serves `/v1/completions`, `/v1/models`, `/health`, `/tokenize`, `/slots`,
@@ -22,6 +22,8 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--kv-f32", action="store_true",
+                        help="F32 KV cache (llama.cpp's default is F16; seeker's is F32)")
     args = parser.parse_args()
 
     params = xllamacpp.CommonParams()
@@ -32,6 +34,9 @@ def main() -> None:
     params.n_parallel = args.parallel
     params.cpuparams.n_threads = args.threads
     params.cpuparams_batch.n_threads = args.threads
+    if args.kv_f32:
+        params.cache_type_k = 0  # GGML_TYPE_F32
+        params.cache_type_v = 0
     # Signals are waited for below, not handled by Python's default handlers.
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM, signal.SIGINT])
     server = xllamacpp.Server(params)

@@ -1,0 +1,460 @@
+//! The default model, Qwen2.5-Coder-1.5B-Instruct (Q4_K_M): the architecture,
+//! chat template and tokenizer of the Qwen2.5-based policies (Search-R1,
+//! RAG-R1 and R1-Searcher are Qwen2.5 fine-tunes).
+//!
+//! - Faithfulness against llama.cpp on the same GGUF (the pinned xllamacpp
+//!   server): the rendered Search-R1 prompt, the token ids of every shipped
+//!   profile's prompt and golden splice, and the next-token log-probabilities.
+//! - End to end through the real binary on the default config: the model
+//!   writes its own search call, the documents are spliced, the answer is
+//!   the same streamed and not; the round cap; the end-of-turn tokens.
+//!
+//! Each real-model request costs seconds of CPU: the questions are few and
+//! their token budgets small. The fast suites use the small model.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::common::{default_data, root};
+use crate::e2e::{shared_index, start_default_model, wait_healthy};
+use crate::http::sse_data;
+use crate::remote::Llama;
+use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::engine::prepare::{resolve, WeightFormat};
+use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
+use seeker::profile::{Profile, PromptText};
+
+/// Qwen2.5's chat template adds this system turn when a conversation has
+/// none (the stock `tokenizer_config.json` of every Qwen2.5 instruct model;
+/// Search-R1's `infer.py` applies it through `apply_chat_template`).
+const QWEN_DEFAULT_SYSTEM: &str =
+    "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n";
+
+/// Largest difference allowed between seeker's and llama.cpp's next-token
+/// log-probabilities (natural log) on the same token ids, for each of
+/// llama.cpp's top 5. Both run the same Q4_K/Q6_K weights with activations
+/// quantized to Q8_K in their own kernels, so values differ at the level of
+/// that quantization: measured, llama.cpp vs seeker up to 0.22 (at
+/// log-prob -3.4), and seeker on the file vs seeker on its exact F32
+/// dequantization (no activation quantization) up to 0.17 on the same
+/// prompts (`bench/README.md`). A wrong template, token or KV row moves
+/// log-probs by whole nats.
+const LOGPROB_TOLERANCE: f64 = 0.25;
+
+/// The same for the most likely token, whose log-prob is near 0: measured
+/// 0.003.
+const TOP1_TOLERANCE: f64 = 0.02;
+
+fn qwen() -> PathBuf {
+    default_data(seeker::config::DEFAULT_GGUF)
+}
+
+fn search_r1() -> Profile {
+    Profile::load(&root().join("config/policies/search-r1.toml")).unwrap()
+}
+
+fn user(content: &str) -> ChatTurn {
+    ChatTurn {
+        role: Role::User,
+        content: content.into(),
+    }
+}
+
+/// Every shipped profile's first prompt for `question`, rendered by `engine`,
+/// and the same prompt followed by each of the profile's golden splices
+/// (`tests/fixtures/splices`): the texts the tokenizer must agree on.
+async fn golden_prompts(engine: &MistralEngine, question: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    let fixtures = root().join("tests/fixtures/splices");
+    let mut profiles: Vec<PathBuf> = std::fs::read_dir(root().join("config/policies"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    profiles.sort();
+    for path in profiles {
+        let profile = Profile::load(&path).unwrap();
+        let prompt = match profile.prompt(&[user(question)], 0, None) {
+            PromptText::Chat(turns) => engine.render_chat(&turns).await.unwrap(),
+            PromptText::Raw(text) => text,
+        };
+        for splice in std::fs::read_dir(&fixtures).unwrap() {
+            let splice = splice.unwrap().path();
+            let name = splice.file_name().unwrap().to_string_lossy().to_string();
+            if name.ends_with(".txt") && name.starts_with(&format!("{}.", profile.name)) {
+                texts.push(format!(
+                    "{prompt}{}",
+                    std::fs::read_to_string(&splice).unwrap()
+                ));
+            }
+        }
+        texts.push(prompt);
+    }
+    texts
+}
+
+async fn llama_tokens(client: &reqwest::Client, llama: &Llama, text: &str) -> Vec<u32> {
+    let v: Value = client
+        .post(format!("{}/tokenize", llama.url))
+        .json(&json!({"content": text, "add_special": false, "parse_special": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    serde_json::from_value(v["tokens"].clone()).unwrap()
+}
+
+/// llama.cpp's `top` most likely next tokens after `ids`, as (id, natural
+/// log-probability) of the unmodified distribution (`n_probs` with
+/// `post_sampling_probs: false`).
+async fn llama_logprobs(
+    client: &reqwest::Client,
+    llama: &Llama,
+    ids: &[u32],
+    top: usize,
+) -> Vec<(u32, f64)> {
+    let v: Value = client
+        .post(format!("{}/completion", llama.url))
+        .json(&json!({
+            "prompt": ids, "n_predict": 1, "n_probs": top, "temperature": 0,
+            "cache_prompt": false, "post_sampling_probs": false,
+        }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    v["completion_probabilities"][0]["top_logprobs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no top_logprobs: {v}"))
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_u64().unwrap() as u32,
+                t["logprob"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The prompt Search-R1 renders, the token ids of every shipped profile's
+/// prompts, and the next-token log-probabilities on a round-1 and a round-2
+/// prompt, all as llama.cpp gives them on the same GGUF; and the weights
+/// `auto` picks for this model are the file as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qwen_renders_tokenizes_and_predicts_as_llama_cpp_does() {
+    let gguf = qwen();
+    assert_eq!(
+        resolve(&gguf, WeightFormat::Auto).unwrap(),
+        WeightFormat::AsIs,
+        "auto runs the Q4_K/Q6_K file as it is (bench/README.md)"
+    );
+    let engine = MistralEngine::load(&MistralConfig {
+        gguf: gguf.clone(),
+        dtype: ActivationDtype::F32,
+        max_num_seqs: 1,
+        weights: WeightFormat::AsIs,
+        prefix_cache: false,
+    })
+    .await
+    .unwrap();
+    let llama = Llama::serve(&gguf, 1, 2, &["--kv-f32"]);
+    let client = reqwest::Client::new();
+
+    // 1. Search-R1's prompt: its instruction as the one user turn, after
+    //    Qwen2.5's default system turn, then the generation prompt.
+    let question = "Where does the Mekong River originate?";
+    let instruction = search_r1().user_message(question);
+    let prompt = engine.render_chat(&[user(&instruction)]).await.unwrap();
+    assert_eq!(
+        prompt,
+        format!("{QWEN_DEFAULT_SYSTEM}<|im_start|>user\n{instruction}<|im_end|>\n<|im_start|>assistant\n")
+    );
+    let theirs: Value = client
+        .post(format!("{}/apply-template", llama.url))
+        .json(&json!({"messages": [{"role": "user", "content": instruction}]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(prompt, theirs["prompt"], "llama-server's template");
+    let remote = seeker::engine::chat_template::ChatTemplate::from_gguf(&gguf).unwrap();
+    assert_eq!(
+        prompt,
+        remote.render(&[user(&instruction)]).unwrap(),
+        "the remote engine's template"
+    );
+
+    // 2. Token ids: every profile's prompt and golden splices, and text
+    //    that trips pre-tokenizers (digit runs, CJK, emoji, whitespace runs,
+    //    contractions, special tokens written out).
+    let mut texts = golden_prompts(&engine, question).await;
+    texts.extend(
+        [
+            "It has a land area of 7,688,287 km2 (2,968,464 sq mi).",
+            "木星 (Jupiter) 🪐 — naïve café, İstanbul; don't you'll I'M",
+            "  two  spaces,\ttab,\n\n\nthree newlines\r\n and trailing   ",
+            "<think>\nx\n</think>\n<search> q </search><|im_end|>\n<|endoftext|>",
+        ]
+        .map(String::from),
+    );
+    assert!(texts.len() >= 20, "{} texts", texts.len());
+    for text in &texts {
+        let ours = engine.tokenize(text).await.unwrap();
+        let theirs = llama_tokens(&client, &llama, text).await;
+        assert_eq!(ours, theirs, "token ids of {text:?}");
+    }
+
+    // 3. Next-token log-probabilities on the same ids: the round-1 prompt,
+    //    and a round-2 prompt (a search call and Search-R1's splice).
+    let round2 = format!(
+        "{prompt}<think>\nI need to find where the Mekong starts.\n</think>\n<search> Mekong River origin </search>{}",
+        std::fs::read_to_string(root().join("tests/fixtures/splices/search-r1.two-docs.txt"))
+            .unwrap()
+    );
+    let mut worst: f64 = 0.0;
+    for text in [&prompt, &round2] {
+        let ids = engine.tokenize(text).await.unwrap();
+        let ours = engine.next_token_logprobs(text, 10).await.unwrap();
+        let theirs = llama_logprobs(&client, &llama, &ids, 10).await;
+        assert_eq!(ours.len(), 10);
+        // The same greedy token, with the same log-prob.
+        assert_eq!(
+            ours[0].0, theirs[0].0,
+            "greedy token:\n{ours:?}\n{theirs:?}"
+        );
+        assert!(
+            (ours[0].1 - theirs[0].1).abs() <= TOP1_TOLERANCE,
+            "{ours:?}\n{theirs:?}"
+        );
+        for (id, theirs_lp) in theirs.iter().take(5) {
+            let ours_lp = ours
+                .iter()
+                .find(|(i, _)| i == id)
+                .unwrap_or_else(|| panic!("llama.cpp's token {id} not in our top 10: {ours:?}"))
+                .1;
+            worst = worst.max((ours_lp - theirs_lp).abs());
+        }
+    }
+    eprintln!("largest top-5 next-token log-prob difference vs llama.cpp: {worst:.4}");
+    assert!(
+        worst <= LOGPROB_TOLERANCE,
+        "log-probs differ by {worst} (> {LOGPROB_TOLERANCE})"
+    );
+
+    // 4. `<|endoftext|>` ends a round as `<|im_end|>` does (the GGUF's EOS;
+    //    the end-to-end test below): both are Qwen2.5 end ids, and an EOS
+    //    that does not match lets Search-R1 on Qwen run on into new turns.
+    //    After a finished turn (`<|im_end|>\n`) the model's next token is
+    //    `<|endoftext|>`: Search-R1's profile stops there, after one token;
+    //    without the profile's stop list the model runs on.
+    let finished =
+        format!("{prompt}<think>\nI know it.\n</think>\n<answer> Tibet </answer><|im_end|>\n");
+    let next = engine.next_token_logprobs(&finished, 1).await.unwrap();
+    let endoftext = engine.tokenize("<|endoftext|>").await.unwrap();
+    assert_eq!(vec![next[0].0], endoftext, "{next:?}");
+    let run = |stop: Vec<String>| {
+        let engine = &engine;
+        let finished = &finished;
+        async move {
+            let params = GenerationParams {
+                max_tokens: 8,
+                temperature: None,
+                top_p: None,
+                stop,
+                session: None,
+            };
+            let mut generation = engine.generate(finished, &params).await.unwrap();
+            let mut tokens = 0;
+            while let Some(event) = generation.events.recv().await {
+                match event.unwrap() {
+                    EngineEvent::Text { tokens: n, .. } => tokens += n,
+                    EngineEvent::Done(_) => break,
+                    EngineEvent::Prompt { .. } => {}
+                }
+            }
+            tokens
+        }
+    };
+    assert_eq!(
+        run(search_r1().stop.clone()).await,
+        1,
+        "stopped at <|endoftext|>"
+    );
+    assert!(
+        run(Vec::new()).await > 1,
+        "without the stop list it runs on"
+    );
+}
+
+/// A copy of the shipped profiles plus `search-r1-capped`: Search-R1 with
+/// `max_searches = 0`, so that the model's first search call meets the cap.
+fn profiles_with_a_capped_one(dir: &Path) -> PathBuf {
+    let out = dir.join("policies");
+    std::fs::create_dir(&out).unwrap();
+    for entry in std::fs::read_dir(root().join("config/policies")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, out.join(path.file_name().unwrap())).unwrap();
+    }
+    let capped = std::fs::read_to_string(out.join("search-r1.toml"))
+        .unwrap()
+        .replace("name = \"search-r1\"", "name = \"search-r1-capped\"")
+        .replace("max_searches = 4", "max_searches = 0");
+    assert!(capped.contains("max_searches = 0"));
+    std::fs::write(out.join("search-r1-capped.toml"), capped).unwrap();
+    out
+}
+
+/// A question the default model (greedy) searches for before it answers.
+const SEARCHED: &str = "What is the population of the capital of Australia?";
+
+fn ask(question: &str, stream: bool) -> Value {
+    json!({
+        "model": "default",
+        "stream": stream,
+        "max_tokens": 320,
+        "return_transcript": true,
+        "messages": [{"role": "user", "content": question}],
+    })
+}
+
+/// The README's first example, on the default config: the model writes its
+/// own search call, seeker searches and splices Search-R1's block, the model
+/// answers; the stream says what the non-streamed answer says. The round cap
+/// ends a rollout whose search call comes after it. A turn that ends in the
+/// end-of-turn token ends the rollout there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_model_searches_by_itself_and_answers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let policies = profiles_with_a_capped_one(tmp.path());
+    let server = start_default_model(
+        shared_index(),
+        &[("SEEKER_POLICY__DIR", policies.to_str().unwrap())],
+        &[],
+    );
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    let models: Value = client
+        .get(format!("{}/v1/models", server.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], seeker::config::DEFAULT_MODEL_ID);
+
+    // 1. A question the model searches for.
+    let answer: Value = client
+        .post(&url)
+        .json(&ask(SEARCHED, false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let seeker_info = &answer["seeker"];
+    assert_eq!(seeker_info["policy"], "search-r1", "{answer}");
+    assert!(seeker_info["searches"].as_u64().unwrap() >= 1, "{answer}");
+    let rounds = seeker_info["rounds"].as_array().unwrap();
+    assert_eq!(rounds[0]["outcome"], "search", "{answer}");
+    // The query is the model's: written by it inside the tags, not the question.
+    let query = rounds[0]["queries"][0].as_str().unwrap().to_string();
+    assert_ne!(query.trim_end_matches('?'), SEARCHED.trim_end_matches('?'));
+    let transcript = seeker_info["transcript"].as_str().unwrap();
+    assert!(
+        transcript.contains(&format!("<search>{query}</search>"))
+            || transcript.contains(&format!("<search> {query} </search>")),
+        "{transcript}"
+    );
+    // Search-R1's splice, right after the closing tag.
+    assert!(
+        transcript.contains("</search>\n\n<information>Doc 1(Title: \""),
+        "{transcript}"
+    );
+    assert!(!seeker_info["documents"].as_array().unwrap().is_empty());
+    let content = answer["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!content.trim().is_empty(), "{answer}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop", "{answer}");
+
+    // 2. Streamed: the same reasoning and answer.
+    let body = client
+        .post(&url)
+        .json(&ask(SEARCHED, true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (mut streamed, mut streamed_reasoning) = (String::new(), String::new());
+    for data in sse_data(&body) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(&data).unwrap();
+        let delta = &chunk["choices"][0]["delta"];
+        streamed.push_str(delta["content"].as_str().unwrap_or(""));
+        streamed_reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+    }
+    assert_eq!(streamed, content);
+    assert_eq!(
+        streamed_reasoning,
+        answer["choices"][0]["message"]["reasoning_content"]
+    );
+
+    // 3. The round cap: with max_searches = 0 the model's search call is not
+    //    run, and the rollout ends there with `length`.
+    let mut capped = ask(SEARCHED, false);
+    capped["policy"] = json!("search-r1-capped");
+    let answer: Value = client
+        .post(&url)
+        .json(&capped)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["choices"][0]["finish_reason"], "length", "{answer}");
+    assert_eq!(answer["seeker"]["searches"], 0, "{answer}");
+    let transcript = answer["seeker"]["transcript"].as_str().unwrap();
+    assert!(transcript.trim_end().ends_with("</search>"), "{transcript}");
+    assert!(!transcript.contains("<information>"), "{transcript}");
+
+    // 4. End of turn: an answer written without tags ends at the model's
+    //    `<|im_end|>` (round outcome `eos`), never running on into a new turn.
+    let mut eos = ask("What is the capital of Australia?", false);
+    eos["continue_final_message"] = json!(true);
+    eos["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": "<think>\nI know this.\n</think>\nThe capital of Australia is Canberra."}));
+    let answer: Value = client
+        .post(&url)
+        .json(&eos)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop", "{answer}");
+    let rounds = answer["seeker"]["rounds"].as_array().unwrap();
+    assert_eq!(rounds.last().unwrap()["outcome"], "eos", "{answer}");
+    let transcript = answer["seeker"]["transcript"].as_str().unwrap();
+    for turn_marker in ["<|im_start|>", "<|im_end|>", "\nuser\n", "\nassistant\n"] {
+        assert!(!transcript.contains(turn_marker), "{transcript}");
+    }
+    assert!(
+        answer["usage"]["completion_tokens"].as_u64().unwrap() < 64,
+        "{answer}"
+    );
+}
