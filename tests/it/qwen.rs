@@ -310,8 +310,16 @@ fn profiles_with_a_capped_one(dir: &Path) -> PathBuf {
     out
 }
 
-/// A question the default model (greedy) searches for before it answers.
-const SEARCHED: &str = "What is the population of the capital of Australia?";
+/// The web UI's default question (the `#question` box in `static/index.html`),
+/// which is also the README's first example: the default model (greedy)
+/// searches for it before it answers.
+fn ui_default_question() -> String {
+    let page = std::fs::read_to_string(root().join("static/index.html")).unwrap();
+    let start = page.find("<textarea id=\"question\"").unwrap();
+    let text = &page[start..];
+    let text = &text[text.find('>').unwrap() + 1..];
+    text[..text.find("</textarea>").unwrap()].to_string()
+}
 
 fn ask(question: &str, stream: bool) -> Value {
     json!({
@@ -350,10 +358,12 @@ async fn the_default_model_searches_by_itself_and_answers() {
         .unwrap();
     assert_eq!(models["data"][0]["id"], seeker::config::DEFAULT_MODEL_ID);
 
-    // 1. A question the model searches for.
+    // 1. A question the model searches for: the web UI's default.
+    let question = ui_default_question();
+    assert!(question.ends_with('?'), "{question:?}");
     let answer: Value = client
         .post(&url)
-        .json(&ask(SEARCHED, false))
+        .json(&ask(&question, false))
         .send()
         .await
         .unwrap()
@@ -367,11 +377,12 @@ async fn the_default_model_searches_by_itself_and_answers() {
     assert_eq!(rounds[0]["outcome"], "search", "{answer}");
     // The query is the model's: written by it inside the tags, not the question.
     let query = rounds[0]["queries"][0].as_str().unwrap().to_string();
-    assert_ne!(query.trim_end_matches('?'), SEARCHED.trim_end_matches('?'));
+    assert_ne!(query.trim_end_matches('?'), question.trim_end_matches('?'));
     let transcript = seeker_info["transcript"].as_str().unwrap();
-    assert!(
-        transcript.contains(&format!("<search>{query}</search>"))
-            || transcript.contains(&format!("<search> {query} </search>")),
+    let call = &transcript[transcript.find("<search>").expect("a search call") + 8..];
+    assert_eq!(
+        call[..call.find("</search>").unwrap()].trim(),
+        query,
         "{transcript}"
     );
     // Search-R1's splice, right after the closing tag.
@@ -387,7 +398,7 @@ async fn the_default_model_searches_by_itself_and_answers() {
     // 2. Streamed: the same reasoning and answer.
     let body = client
         .post(&url)
-        .json(&ask(SEARCHED, true))
+        .json(&ask(&question, true))
         .send()
         .await
         .unwrap()
@@ -412,7 +423,7 @@ async fn the_default_model_searches_by_itself_and_answers() {
 
     // 3. The round cap: with max_searches = 0 the model's search call is not
     //    run, and the rollout ends there with `length`.
-    let mut capped = ask(SEARCHED, false);
+    let mut capped = ask(&question, false);
     capped["policy"] = json!("search-r1-capped");
     let answer: Value = client
         .post(&url)
