@@ -32,7 +32,7 @@ for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
     --small) qwen=0 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fetch-defaults: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

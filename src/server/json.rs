@@ -39,13 +39,30 @@ impl<T: RequestBody + Send> FromRequest<Arc<AppState>> for ApiJson<T> {
             Bytes::from_request(request, state).await,
             state.ops.max_body_bytes,
         )?;
+        require_utf8(&body)?;
         T::check_shape(&body)?;
         Ok(Self(parse(&body)?))
     }
 }
 
+/// JSON text is UTF-8 (RFC 8259 §8.1): other bytes are an `invalid_json`
+/// error naming the first bad byte's offset, before anything looks at the
+/// fields (serde would name the field as "the wrong type").
+fn require_utf8(body: &[u8]) -> Result<(), ApiError> {
+    std::str::from_utf8(body).map(|_| ()).map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!(
+                "the request body is not valid UTF-8 (byte {}); JSON text must be UTF-8",
+                e.valid_up_to()
+            ),
+        )
+    })
+}
+
 /// Parses a JSON object body into `T`, naming the field at fault in the error.
 pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    require_utf8(body)?;
     // serde would also accept a struct written as an array.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ApiError::new(
@@ -75,6 +92,13 @@ pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
             ApiError::new(
                 ErrorCode::InvalidJson,
                 format!("the request body is not a valid JSON object: {inner}"),
+            )
+        } else if malformed && (message.contains("surrogate") || message.contains("hex escape")) {
+            // `"\ud800"`: an escape that is no Unicode character (serde_json:
+            // "unexpected end of hex escape", "lone leading surrogate …").
+            ApiError::invalid_field(
+                &path,
+                format!("{path}: is not valid Unicode text ({message})"),
             )
         } else if malformed {
             // serde_json reports a number or array where an enum's string

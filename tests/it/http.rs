@@ -264,6 +264,51 @@ async fn health_is_503_until_the_model_is_loaded() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// A body that is not UTF-8, or a string escape that is no Unicode
+/// character, is named as such (before: "messages[0].content: has the wrong
+/// type").
+#[tokio::test]
+async fn text_that_is_not_unicode_is_named() {
+    let mut body = br#"{"messages": [{"role": "user", "content": "caf"#.to_vec();
+    body.extend_from_slice(b"\xe9\"}]}");
+    let request = Request::builder()
+        .method("POST")
+        .uri("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .unwrap();
+    let response = app(state(Some(script()))).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let err = error_of(&String::from_utf8(bytes.to_vec()).unwrap());
+    assert_eq!(err["code"], "invalid_json");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("not valid UTF-8 (byte 46)"),
+        "{err}"
+    );
+
+    let (status, body) = send(
+        state(Some(script())),
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "lone \ud800 half"}]}"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let err = error_of(&body);
+    assert_eq!(err["param"], "messages[0].content");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains("is not valid Unicode text"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn bad_requests_get_openai_errors_naming_the_field() {
     let cases: &[(&str, StatusCode, &str, Option<&str>)] = &[
