@@ -280,7 +280,7 @@ async fn text_that_is_not_unicode_is_named() {
     let response = app(state(Some(script()))).oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let err = error_of(&String::from_utf8(bytes.to_vec()).unwrap());
+    let err = error_of(std::str::from_utf8(&bytes).unwrap());
     assert_eq!(err["code"], "invalid_json");
     assert!(
         err["message"]
