@@ -161,10 +161,11 @@ pub struct ModelConfig {
     pub max_num_seqs: usize,
     /// Weight format the engine runs, prepared once next to `gguf` and loaded
     /// from there: `auto` (default) is `f32` when the F32 copy is at most
-    /// 2 GiB, else `q8_0`; `f32` dequantizes every weight (dense matmuls,
-    /// `STEM.f32.gguf`); `q8_0` re-quantizes Q4_1 and other weights candle has
-    /// no SIMD kernel for (`STEM.q8_0.gguf`); `as_is` loads `gguf` unchanged.
-    /// Measured in `bench/README.md`.
+    /// 2 GiB, else `q8_0` when some weight has no candle SIMD kernel (Q4_1,
+    /// Q5_0, Q5_1, Q8_1), else `as_is` (the default Qwen Q4_K_M file);
+    /// `f32` dequantizes every weight (dense matmuls, `STEM.f32.gguf`);
+    /// `q8_0` re-quantizes every quantized weight (`STEM.q8_0.gguf`); `as_is`
+    /// loads `gguf` unchanged. Measured in `bench/README.md`.
     pub weights: WeightFormat,
     /// mistral.rs's prefix cache across requests and rounds. Off: in 0.8.1 it
     /// changes greedy output and is never evicted on CPU (`bench/README.md`).
