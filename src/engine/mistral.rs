@@ -208,6 +208,43 @@ impl MistralEngine {
 }
 
 impl MistralEngine {
+    /// The most tokens a sequence may still generate after a prompt of
+    /// `prompt_tokens` (`None`: the model declares no context length).
+    ///
+    /// # Errors
+    /// [`EngineError::ContextLength`] when the prompt fills the context.
+    fn room_after(&self, prompt_tokens: usize) -> Result<Option<usize>, EngineError> {
+        match self.max_seq_len {
+            Some(limit) if prompt_tokens >= limit => Err(EngineError::ContextLength {
+                prompt_tokens,
+                limit,
+            }),
+            Some(limit) => Ok(Some(limit - prompt_tokens)),
+            None => Ok(None),
+        }
+    }
+
+    /// Hands `request` to the engine; returns the engine's request queue
+    /// (closed once the engine has stopped).
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when the engine is gone.
+    async fn submit(
+        &self,
+        request: NormalRequest,
+    ) -> Result<tokio::sync::mpsc::Sender<Request>, EngineError> {
+        let sender = self
+            .model
+            .inner()
+            .get_sender(None)
+            .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
+        sender
+            .send(Request::Normal(Box::new(request)))
+            .await
+            .map_err(|_| EngineError::Internal("engine stopped".into()))?;
+        Ok(sender)
+    }
+
     /// The `top` most likely next tokens after `prompt` (tokenized as
     /// [`MistralEngine::tokenize`] does), as `(token id, natural-log
     /// probability)` pairs, most likely first: the log-softmax (in f64) of the
@@ -228,14 +265,7 @@ impl MistralEngine {
         top: usize,
     ) -> Result<Vec<(u32, f64)>, EngineError> {
         let ids = self.tokenize(prompt).await?;
-        if let Some(limit) = self.max_seq_len {
-            if ids.len() >= limit {
-                return Err(EngineError::ContextLength {
-                    prompt_tokens: ids.len(),
-                    limit,
-                });
-            }
-        }
+        self.room_after(ids.len())?;
         let captured: Arc<std::sync::Mutex<Option<Vec<f32>>>> = Arc::default();
         let sink = Arc::clone(&captured);
         let capture = move |logits: &candle_core::Tensor,
@@ -249,26 +279,9 @@ impl MistralEngine {
         };
         let mut sampling = SamplingParams::deterministic();
         sampling.max_len = Some(1);
-        let (engine_tx, mut engine_rx) = mpsc::channel(8);
-        let mut request = NormalRequest::new_simple(
-            RequestMessage::CompletionTokens(ids),
-            sampling,
-            engine_tx,
-            0,
-            None,
-            None,
-        );
-        request.is_streaming = true;
+        let (mut request, mut engine_rx) = completion_request(ids, sampling, 8);
         request.logits_processors = Some(vec![Arc::new(capture)]);
-        let sender = self
-            .model
-            .inner()
-            .get_sender(None)
-            .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
-        sender
-            .send(Request::Normal(Box::new(request)))
-            .await
-            .map_err(|_| EngineError::Internal("engine stopped".into()))?;
+        self.submit(request).await?;
         // Read to the end: the sequence is finished, not cancelled.
         while let Some(response) = engine_rx.recv().await {
             match response {
@@ -294,6 +307,27 @@ impl MistralEngine {
             .ok_or_else(|| EngineError::Internal("no logits were computed".into()))?;
         Ok(top_log_softmax(&logits, top))
     }
+}
+
+/// A streaming completion request continuing the token `ids` (always
+/// streaming: dropping a non-streaming receiver can panic the engine thread in
+/// 0.8.1), and the receiver of its responses (`capacity` buffered).
+fn completion_request(
+    ids: Vec<u32>,
+    sampling: SamplingParams,
+    capacity: usize,
+) -> (NormalRequest, mpsc::Receiver<Response>) {
+    let (engine_tx, engine_rx) = mpsc::channel(capacity);
+    let mut request = NormalRequest::new_simple(
+        RequestMessage::CompletionTokens(ids),
+        sampling,
+        engine_tx,
+        0,
+        None,
+        None,
+    );
+    request.is_streaming = true;
+    (request, engine_rx)
 }
 
 /// The `top` largest entries of `log_softmax(logits)` as `(index, log-prob)`,
@@ -436,14 +470,8 @@ impl Engine for MistralEngine {
         let ids = self.tokenize(prompt).await?;
         let prompt_tokens = ids.len();
         let mut max_tokens = params.max_tokens.max(1);
-        if let Some(limit) = self.max_seq_len {
-            if prompt_tokens >= limit {
-                return Err(EngineError::ContextLength {
-                    prompt_tokens,
-                    limit,
-                });
-            }
-            max_tokens = max_tokens.min(limit - prompt_tokens);
+        if let Some(room) = self.room_after(prompt_tokens)? {
+            max_tokens = max_tokens.min(room);
         }
         let mut sampling = if params.is_greedy() {
             SamplingParams::deterministic()
@@ -458,28 +486,10 @@ impl Engine for MistralEngine {
             sampling.stop_toks = Some(StopTokens::Seqs(params.stop.clone()));
         }
 
-        let (engine_tx, mut engine_rx) = mpsc::channel(64);
-        let mut request = NormalRequest::new_simple(
-            RequestMessage::CompletionTokens(ids),
-            sampling,
-            engine_tx,
-            0,
-            None,
-            None,
-        );
-        request.is_streaming = true;
+        let (mut request, mut engine_rx) = completion_request(ids, sampling, 64);
         // Only for the first token's untrimmed text; top-n logprobs stay 0.
         request.return_logprobs = true;
-        let sender = self
-            .model
-            .inner()
-            .get_sender(None)
-            .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
-        sender
-            .send(Request::Normal(Box::new(request)))
-            .await
-            .map_err(|_| EngineError::Internal("engine stopped".into()))?;
-        let engine_sender = sender.clone();
+        let engine_sender = self.submit(request).await?;
 
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {

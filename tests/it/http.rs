@@ -43,11 +43,21 @@ fn script() -> ScriptedEngine {
 }
 
 async fn send(state: Arc<AppState>, method: &str, uri: &str, body: &str) -> (StatusCode, String) {
+    send_bytes(state, method, uri, body.as_bytes().to_vec()).await
+}
+
+/// [`send`] with a body that need not be text.
+async fn send_bytes(
+    state: Arc<AppState>,
+    method: &str,
+    uri: &str,
+    body: Vec<u8>,
+) -> (StatusCode, String) {
     let request = Request::builder()
         .method(method)
         .uri(uri)
         .header("content-type", "application/json")
-        .body(Body::from(body.to_string()))
+        .body(Body::from(body))
         .unwrap();
     let response = app(state).oneshot(request).await.unwrap();
     let status = response.status();
@@ -271,16 +281,10 @@ async fn health_is_503_until_the_model_is_loaded() {
 async fn text_that_is_not_unicode_is_named() {
     let mut body = br#"{"messages": [{"role": "user", "content": "caf"#.to_vec();
     body.extend_from_slice(b"\xe9\"}]}");
-    let request = Request::builder()
-        .method("POST")
-        .uri("/v1/chat/completions")
-        .header("content-type", "application/json")
-        .body(Body::from(body))
-        .unwrap();
-    let response = app(state(Some(script()))).oneshot(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let err = error_of(std::str::from_utf8(&bytes).unwrap());
+    let (status, answer) =
+        send_bytes(state(Some(script())), "POST", "/v1/chat/completions", body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let err = error_of(&answer);
     assert_eq!(err["code"], "invalid_json");
     assert!(
         err["message"]

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::common::{default_data, root};
+use crate::common::{default_data, post_json, root};
 use crate::e2e::{shared_index, start_default_model, wait_healthy};
 use crate::http::sse_data;
 use crate::remote::Llama;
@@ -37,9 +37,10 @@ const QWEN_DEFAULT_SYSTEM: &str =
 /// quantized to Q8_K in their own kernels, so values differ at the level of
 /// that quantization: measured, llama.cpp vs seeker up to 0.22 (at
 /// log-prob -3.4), and seeker on the file vs seeker on its exact F32
-/// dequantization (no activation quantization) up to 0.17 on the same
-/// prompts (`bench/README.md`). A wrong template, token or KV row moves
-/// log-probs by whole nats.
+/// dequantization (no activation quantization) up to 0.13 on its top 5
+/// (0.17 further down the top 10) on the same prompts (`cargo run --release
+/// --example logprob_probe -- weights`). A wrong template, token or KV row
+/// moves log-probs by whole nats.
 const LOGPROB_TOLERANCE: f64 = 0.25;
 
 /// The same for the most likely token, whose log-prob is near 0: measured
@@ -94,15 +95,12 @@ async fn golden_prompts(engine: &MistralEngine, question: &str) -> Vec<String> {
 }
 
 async fn llama_tokens(client: &reqwest::Client, llama: &Llama, text: &str) -> Vec<u32> {
-    let v: Value = client
-        .post(format!("{}/tokenize", llama.url))
-        .json(&json!({"content": text, "add_special": false, "parse_special": true}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let v: Value = post_json(
+        client,
+        &format!("{}/tokenize", llama.url),
+        &json!({"content": text, "add_special": false, "parse_special": true}),
+    )
+    .await;
     serde_json::from_value(v["tokens"].clone()).unwrap()
 }
 
@@ -115,18 +113,15 @@ async fn llama_logprobs(
     ids: &[u32],
     top: usize,
 ) -> Vec<(u32, f64)> {
-    let v: Value = client
-        .post(format!("{}/completion", llama.url))
-        .json(&json!({
+    let v: Value = post_json(
+        client,
+        &format!("{}/completion", llama.url),
+        &json!({
             "prompt": ids, "n_predict": 1, "n_probs": top, "temperature": 0,
             "cache_prompt": false, "post_sampling_probs": false,
-        }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        }),
+    )
+    .await;
     v["completion_probabilities"][0]["top_logprobs"]
         .as_array()
         .unwrap_or_else(|| panic!("no top_logprobs: {v}"))
@@ -173,15 +168,12 @@ async fn qwen_renders_tokenizes_and_predicts_as_llama_cpp_does() {
         prompt,
         format!("{QWEN_DEFAULT_SYSTEM}<|im_start|>user\n{instruction}<|im_end|>\n<|im_start|>assistant\n")
     );
-    let theirs: Value = client
-        .post(format!("{}/apply-template", llama.url))
-        .json(&json!({"messages": [{"role": "user", "content": instruction}]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let theirs: Value = post_json(
+        &client,
+        &format!("{}/apply-template", llama.url),
+        &json!({"messages": [{"role": "user", "content": instruction}]}),
+    )
+    .await;
     assert_eq!(prompt, theirs["prompt"], "llama-server's template");
     let remote = seeker::engine::chat_template::ChatTemplate::from_gguf(&gguf).unwrap();
     assert_eq!(
@@ -361,15 +353,7 @@ async fn the_default_model_searches_by_itself_and_answers() {
     // 1. A question the model searches for: the web UI's default.
     let question = ui_default_question();
     assert!(question.ends_with('?'), "{question:?}");
-    let answer: Value = client
-        .post(&url)
-        .json(&ask(&question, false))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer: Value = post_json(&client, &url, &ask(&question, false)).await;
     let seeker_info = &answer["seeker"];
     assert_eq!(seeker_info["policy"], "search-r1", "{answer}");
     assert!(seeker_info["searches"].as_u64().unwrap() >= 1, "{answer}");
@@ -425,15 +409,7 @@ async fn the_default_model_searches_by_itself_and_answers() {
     //    run, and the rollout ends there with `length`.
     let mut capped = ask(&question, false);
     capped["policy"] = json!("search-r1-capped");
-    let answer: Value = client
-        .post(&url)
-        .json(&capped)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer: Value = post_json(&client, &url, &capped).await;
     assert_eq!(answer["choices"][0]["finish_reason"], "length", "{answer}");
     assert_eq!(answer["seeker"]["searches"], 0, "{answer}");
     let transcript = answer["seeker"]["transcript"].as_str().unwrap();
@@ -448,15 +424,7 @@ async fn the_default_model_searches_by_itself_and_answers() {
         .as_array_mut()
         .unwrap()
         .push(json!({"role": "assistant", "content": "<think>\nI know this.\n</think>\nThe capital of Australia is Canberra."}));
-    let answer: Value = client
-        .post(&url)
-        .json(&eos)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let answer: Value = post_json(&client, &url, &eos).await;
     assert_eq!(answer["choices"][0]["finish_reason"], "stop", "{answer}");
     let rounds = answer["seeker"]["rounds"].as_array().unwrap();
     assert_eq!(rounds.last().unwrap()["outcome"], "eos", "{answer}");
