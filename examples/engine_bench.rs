@@ -73,6 +73,8 @@ async fn main() -> anyhow::Result<()> {
             other => anyhow::bail!("--weights {other}: expected as_is, auto, q8_0 or f32"),
         },
         prefix_cache: args.prefix_cache,
+        prefix_cache_mib: 2048,
+        naive_prefix_cache: false,
     })
     .await?;
     let profile = Arc::new(Profile::load(&args.profile)?);

@@ -36,6 +36,26 @@ enum Probe {
         #[arg(long, default_value = seeker::config::DEFAULT_GGUF)]
         gguf: PathBuf,
     },
+    /// The bug case of issue 13: round 1 ends at `</search>`, round 2's
+    /// splice starts with what the model predicted after it. Next-token
+    /// log-probabilities after round 2's prompt with no cache, mistral.rs's
+    /// cache as it is, and seeker's reuse.
+    Splice {
+        #[arg(long, default_value = seeker::config::SMALL_GGUF)]
+        gguf: PathBuf,
+        /// as-is | f32 | auto
+        #[arg(long, default_value = "auto")]
+        weights: String,
+    },
+    /// Reuse of prefill-computed rows only: the entry comes from a one-token
+    /// request on X; Y continues X with a token other than the one sampled
+    /// (no missing row), Y2 with exactly that token (the missing row).
+    Rows {
+        #[arg(long, default_value = seeker::config::SMALL_GGUF)]
+        gguf: PathBuf,
+        #[arg(long, default_value = "as-is")]
+        weights: String,
+    },
     /// Prefix cache off vs on (and on, with a request in between).
     Reuse {
         #[arg(long, default_value = seeker::config::SMALL_GGUF)]
@@ -51,12 +71,25 @@ async fn load(
     weights: WeightFormat,
     prefix_cache: bool,
 ) -> anyhow::Result<MistralEngine> {
+    load_mode(gguf, weights, if prefix_cache { "naive" } else { "off" }).await
+}
+
+/// `mode`: `off` (no prefix cache), `naive` (mistral.rs's as it is) or
+/// `sentinel` (seeker's reuse).
+async fn load_mode(
+    gguf: &Path,
+    weights: WeightFormat,
+    mode: &str,
+) -> anyhow::Result<MistralEngine> {
+    let prefix_cache = mode != "off";
     Ok(MistralEngine::load(&MistralConfig {
         gguf: gguf.to_path_buf(),
         dtype: ActivationDtype::F32,
         max_num_seqs: 1,
         weights,
         prefix_cache,
+        prefix_cache_mib: 2048,
+        naive_prefix_cache: mode == "naive",
     })
     .await?)
 }
@@ -80,6 +113,55 @@ async fn greedy(engine: &MistralEngine, prompt: &str, max_tokens: usize) -> anyh
         }
     }
     Ok(text)
+}
+
+/// Issue 13's bug case on `engine`: a Search-R1 round 1 continued from an
+/// open `<search>` and stopped at `</search>`, then round 2's prompt: round 1,
+/// the closing tag and Search-R1's splice (which starts with `\n\n`, the
+/// token a policy predicts after the tag). Returns round 2's prompt and
+/// round 1's text.
+async fn splice_case(
+    engine: &MistralEngine,
+    late: Option<&str>,
+) -> anyhow::Result<(String, String)> {
+    let profile = Profile::load("config/policies/search-r1.toml".as_ref())?;
+    let instruction = profile.user_message("Where does the Mekong River originate?");
+    let round1 = engine
+        .render_chat(&[ChatTurn {
+            role: Role::User,
+            content: instruction,
+        }])
+        .await?;
+    let round1 = format!(
+        "{round1}<think>\nI need to find where the Mekong starts.\n</think>\n<search> Mekong River origin"
+    );
+    let params = GenerationParams {
+        max_tokens: 16,
+        temperature: None,
+        top_p: None,
+        stop: vec!["</search>".into()],
+        session: None,
+    };
+    let mut generation = engine.generate(&round1, &params).await?;
+    let mut text = String::new();
+    while let Some(event) = generation.events.recv().await {
+        match event? {
+            EngineEvent::Text { text: t, .. } => text.push_str(&t),
+            EngineEvent::Done(_) => break,
+            EngineEvent::Prompt { .. } => {}
+        }
+    }
+    drop(generation);
+    // The engine's text runs on past the stop string by the token that found
+    // it (cut here, as the rollout cuts at its closing tag).
+    let kept = text.split("</search>").next().unwrap_or_default();
+    let splice = std::fs::read_to_string("tests/fixtures/splices/search-r1.two-docs.txt")?;
+    // Search-R1's splice, starting with what the model wrote after the tag.
+    let splice = match late {
+        Some(late) => format!("{late}{}", splice.trim_start_matches('\n')),
+        None => splice,
+    };
+    Ok((format!("{round1}{kept}</search>{splice}"), text))
 }
 
 /// Prints `runs` (name, top-5) and each run's largest difference from the
@@ -127,6 +209,71 @@ async fn main() -> anyhow::Result<()> {
             }
             report("round 1", &results[0]);
             report("round 2", &results[1]);
+        }
+        Probe::Splice { gguf, weights } => {
+            let weights = match weights.as_str() {
+                "f32" => WeightFormat::F32,
+                "as-is" => WeightFormat::AsIs,
+                _ => WeightFormat::Auto,
+            };
+            // The token the model writes after the tag (a run without the
+            // cache keeps it in its text): the splice starts with it.
+            let off = load_mode(&gguf, weights, "off").await?;
+            let (_, written) = splice_case(&off, None).await?;
+            let late = written.split("</search>").nth(1).map(str::to_string);
+            println!("round 1 wrote {written:?}; the splice starts with {late:?}");
+            let mut runs: Vec<Run> = Vec::new();
+            let mut engine = Some(off);
+            for mode in ["off", "naive", "sentinel"] {
+                let engine = match engine.take() {
+                    Some(e) => e,
+                    None => load_mode(&gguf, weights, mode).await?,
+                };
+                let (round2, _) = splice_case(&engine, late.as_deref()).await?;
+                let top = engine.next_token_logprobs(&round2, 10).await?;
+                runs.push((mode, top));
+            }
+            report("round 2", &runs);
+        }
+        Probe::Rows { gguf, weights } => {
+            let weights = match weights.as_str() {
+                "f32" => WeightFormat::F32,
+                _ => WeightFormat::AsIs,
+            };
+            let x = format!(
+                "<|im_start|>user\n{} Tell me about Augustus.<|im_end|>\n<|im_start|>assistant\n",
+                "The history of the Roman Empire spans many centuries and includes emperors, wars, roads, laws and reforms. ".repeat(20)
+            );
+            let plain = load(&gguf, weights, false).await?;
+            let t1 = greedy(&plain, &x, 1).await?;
+            println!("t1 = {t1:?}");
+            let y = format!("{x}Zebra crossing");
+            let y2 = format!("{x}{t1} crossing");
+            let fy = ("full Y", plain.next_token_logprobs(&y, 10).await?);
+            let fy2 = ("full Y2", plain.next_token_logprobs(&y2, 10).await?);
+            let cached = load(&gguf, weights, true).await?;
+            cached.next_token_logprobs(&x, 10).await?;
+            let ry = ("reuse X rows, Y", cached.next_token_logprobs(&y, 10).await?);
+            let cached = load(&gguf, weights, true).await?;
+            cached.next_token_logprobs(&x, 10).await?;
+            let ry2 = (
+                "reuse X+t1 rows, Y2",
+                cached.next_token_logprobs(&y2, 10).await?,
+            );
+            let text = greedy(&plain, &x, 10).await?;
+            let half: String = text.split_inclusive(' ').take(3).collect();
+            println!("decoded rows of {half:?}");
+            let y3 = format!("{x}{half}zebra");
+            let fy3 = ("full Y3", plain.next_token_logprobs(&y3, 10).await?);
+            let cached = load(&gguf, weights, true).await?;
+            greedy(&cached, &x, 10).await?;
+            let ry3 = (
+                "reuse decode rows, Y3",
+                cached.next_token_logprobs(&y3, 10).await?,
+            );
+            report("Y3", &[fy3, ry3]);
+            report("Y", &[fy, ry]);
+            report("Y2", &[fy2, ry2]);
         }
         Probe::Reuse { gguf } => {
             let base = format!(

@@ -156,6 +156,8 @@ async fn main() -> anyhow::Result<()> {
             max_num_seqs: 1,
             weights,
             prefix_cache: args.prefix_cache,
+            prefix_cache_mib: 2048,
+            naive_prefix_cache: false,
         })
         .await?,
     );

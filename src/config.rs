@@ -167,9 +167,16 @@ pub struct ModelConfig {
     /// `q8_0` re-quantizes every quantized weight (`STEM.q8_0.gguf`); `as_is`
     /// loads `gguf` unchanged. Measured in `bench/README.md`.
     pub weights: WeightFormat,
-    /// mistral.rs's prefix cache across requests and rounds. Off: in 0.8.1 it
-    /// changes greedy output and is never evicted on CPU (`bench/README.md`).
+    /// Prefix reuse in the embedded engine: a round's prompt takes the KV
+    /// rows of the cached sequence it starts with (the previous round, or an
+    /// earlier request sharing the system prompt) and prefills only the rest
+    /// (`engine::reuse`; measured in `bench/README.md`).
     pub prefix_cache: bool,
+    /// Most MiB of KV rows the prefix cache may hold (seeker counts them:
+    /// a cached sequence holds its tokens rounded up to 512, times the
+    /// model's KV bytes per token, 56 KiB for Qwen2.5-1.5B in F32); past it
+    /// the cache is emptied.
+    pub prefix_cache_mib: usize,
 }
 
 impl Default for ModelConfig {
@@ -187,7 +194,8 @@ impl Default for ModelConfig {
             dtype: ActivationDtype::F32,
             max_num_seqs: 1,
             weights: WeightFormat::Auto,
-            prefix_cache: false,
+            prefix_cache: true,
+            prefix_cache_mib: 2048,
         }
     }
 }
@@ -545,6 +553,12 @@ impl Config {
                     key("concurrency")
                 )));
             }
+        }
+        if self.model.prefix_cache && self.model.prefix_cache_mib == 0 {
+            return Err(ConfigError::Invalid(
+                "model.prefix_cache_mib must be at least 1 (or set model.prefix_cache = false)"
+                    .into(),
+            ));
         }
         if self.model.max_num_seqs == 0 {
             return Err(ConfigError::Invalid(

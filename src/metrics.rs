@@ -69,9 +69,24 @@ pub struct Metrics {
     pub client_disconnects: IntCounterVec,
     /// `seeker_request_timeouts_total`: requests ended by the per-request deadline.
     pub request_timeouts: IntCounter,
-    /// `seeker_prompt_tokens_cached_total`: prompt tokens a remote engine
-    /// reported taking from its prefix cache instead of prefilling, per round.
+    /// `seeker_prompt_tokens_cached_total`: prompt tokens taken from a prefix
+    /// cache instead of prefilled, per round (a remote engine's report; the
+    /// embedded engine's reuse, `engine::reuse`).
     pub prompt_tokens_cached: IntCounter,
+    /// `seeker_prompt_tokens_prefilled_total`: prompt tokens the embedded
+    /// engine prefilled (a round's prompt less what it reused).
+    pub prompt_tokens_prefilled: IntCounter,
+    /// `seeker_prefix_cache_flushes_total{reason}`: times the embedded
+    /// engine's prefix cache was emptied; `reason` = `budget` (over
+    /// `model.prefix_cache_mib`), `covered` (a prompt held a whole cached
+    /// key), `unknown_end` (a sequence ended on a token seeker could not
+    /// confirm), `startup` (the warm-up run's entry).
+    pub prefix_cache_flushes: IntCounterVec,
+    /// `seeker_prefix_cache_bytes`: KV bytes the embedded engine's prefix
+    /// cache holds (seeker's count of its entries' rows).
+    pub prefix_cache_bytes: IntGauge,
+    /// `seeker_prefix_cache_entries`: sequences in that cache.
+    pub prefix_cache_entries: IntGauge,
     /// `seeker_engine_requests_total{replica}`: generation requests sent to a
     /// remote engine replica (a round re-run after a failure counts again).
     pub engine_requests: IntCounterVec,
@@ -224,8 +239,27 @@ impl Metrics {
             ),
             prompt_tokens_cached: counter(
                 "seeker_prompt_tokens_cached_total",
-                "Prompt tokens a remote engine took from its prefix cache, per round.",
+                "Prompt tokens taken from a prefix cache instead of prefilled.",
             ),
+            prompt_tokens_prefilled: counter(
+                "seeker_prompt_tokens_prefilled_total",
+                "Prompt tokens the embedded engine prefilled.",
+            ),
+            prefix_cache_flushes: counter_vec(
+                "seeker_prefix_cache_flushes_total",
+                "Times the embedded engine's prefix cache was emptied, by reason.",
+                &["reason"],
+            ),
+            prefix_cache_bytes: IntGauge::new(
+                "seeker_prefix_cache_bytes",
+                "KV bytes the embedded engine's prefix cache holds.",
+            )
+            .expect("valid gauge"),
+            prefix_cache_entries: IntGauge::new(
+                "seeker_prefix_cache_entries",
+                "Sequences in the embedded engine's prefix cache.",
+            )
+            .expect("valid gauge"),
             engine_requests: counter_vec(
                 "seeker_engine_requests_total",
                 "Generation requests sent to a remote engine replica.",
@@ -284,6 +318,10 @@ impl Metrics {
             Box::new(m.client_disconnects.clone()),
             Box::new(m.request_timeouts.clone()),
             Box::new(m.prompt_tokens_cached.clone()),
+            Box::new(m.prompt_tokens_prefilled.clone()),
+            Box::new(m.prefix_cache_flushes.clone()),
+            Box::new(m.prefix_cache_bytes.clone()),
+            Box::new(m.prefix_cache_entries.clone()),
             Box::new(m.engine_requests.clone()),
             Box::new(m.engine_errors.clone()),
             Box::new(m.engine_time_to_first_token.clone()),

@@ -126,6 +126,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         max_num_seqs: config.model.max_num_seqs,
         weights: config.model.weights,
         prefix_cache: config.model.prefix_cache,
+        prefix_cache_mib: config.model.prefix_cache_mib,
+        naive_prefix_cache: false,
     };
     // Three independent pieces, none polled inside another (seeker issue 12):
     // the HTTP server and the model load are tasks of their own on the
@@ -276,7 +278,9 @@ async fn load_engine(
     state: Arc<AppState>,
 ) -> Result<(), crate::engine::EngineError> {
     let started = std::time::Instant::now();
-    let engine = MistralEngine::load(&mistral).await?;
+    let engine = MistralEngine::load(&mistral)
+        .await?
+        .with_metrics(Arc::clone(&state.metrics));
     tracing::info!(
         model = %mistral.gguf.display(),
         dtype = ?mistral.dtype,

@@ -12,8 +12,14 @@
 //! - Requests are always streaming: dropping the receiver of a non-streaming
 //!   request can panic the engine thread in 0.8.1. Dropping a streaming
 //!   receiver cancels the sequence at its next token.
-//! - The prefix cache is off: in 0.8.1 it can reuse a garbage KV row and, on
-//!   CPU, is never evicted.
+//! - The prefix cache reuses the KV rows of a finished sequence for a prompt
+//!   that starts with it; in 0.8.1 it can reuse a row that was never
+//!   computed, and on CPU it is never evicted. seeker turns it on with a
+//!   sentinel processor on every request and its own copy of the keys
+//!   ([`super::reuse`]), and empties it past `prefix_cache_mib`: a step whose
+//!   logits processor fails makes mistral.rs evict every cached sequence
+//!   (`handle_pipeline_forward_error`), so a one-token request with a failing
+//!   processor, sent while nothing else runs, is the flush.
 //! - Streaming trims leading whitespace from the first piece of every request;
 //!   the token's own text (sent with `return_logprobs`) restores it.
 //! - Building the engine waits for a warm-up run with a nested blocking wait
@@ -41,12 +47,18 @@ use mistralrs::{
     NormalRequest, Request, RequestMessage, Response, SamplingParams, SchedulerConfig, StopTokens,
     TextMessageRole, TextMessages,
 };
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
 use tokio::sync::mpsc;
 
 use super::prepare::{ensure_prepared, WeightFormat};
+use super::reuse::{capacity_rows, Forced, PrefixTracker, Sentinel, Sentinels};
+use super::vocab::Vocab;
 use super::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams, Role,
 };
+use crate::metrics::Metrics;
 
 /// Activation dtype for the embedded model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -84,10 +96,55 @@ pub struct MistralConfig {
     /// it (Q8_0 or F32, written on first load; `auto` picks by size;
     /// [`super::prepare`]).
     pub weights: WeightFormat,
-    /// mistral.rs's prefix cache (reuse of a finished sequence's KV rows by a
-    /// request that starts with the same tokens). Off by default: see the
-    /// module documentation.
+    /// Prefix reuse: a round's prompt takes the KV rows of the cached
+    /// sequence it starts with and prefills only the rest
+    /// ([`super::reuse`]). On in seeker's default configuration.
     pub prefix_cache: bool,
+    /// Most MiB of KV rows the prefix cache may hold; past it the cache is
+    /// emptied (seeker's count, [`PrefixTracker`]).
+    pub prefix_cache_mib: usize,
+    /// Tests and probes only: mistral.rs's prefix cache as it is, without
+    /// seeker's sentinels and flushes (the zero-row bug of
+    /// [`super::reuse`]). Needs `prefix_cache`.
+    pub naive_prefix_cache: bool,
+}
+
+/// Prefix reuse state of one engine ([`super::reuse`]).
+struct Reuse {
+    vocab: Arc<Vocab>,
+    sentinels: Sentinels,
+    tracker: Mutex<PrefixTracker>,
+    budget_bytes: usize,
+    /// Generations in flight hold it shared; a flush holds it alone, so that
+    /// its failing step errors no one else's sequence.
+    inflight: Arc<tokio::sync::RwLock<()>>,
+    /// A sequence may be cached under a key seeker does not know (it ended
+    /// on an unexpected token, or the engine failed): flush before the next.
+    unknown_end: AtomicBool,
+    /// Flushes so far.
+    flushes: std::sync::atomic::AtomicUsize,
+    metrics: OnceLock<Arc<Metrics>>,
+}
+
+/// Why a flush empties the cache (the `reason` label of
+/// `seeker_prefix_cache_flushes_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FlushReason {
+    Budget,
+    Covered,
+    UnknownEnd,
+    Startup,
+}
+
+impl FlushReason {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Budget => "budget",
+            Self::Covered => "covered",
+            Self::UnknownEnd => "unknown_end",
+            Self::Startup => "startup",
+        }
+    }
 }
 
 /// See the module documentation.
@@ -96,6 +153,8 @@ pub struct MistralEngine {
     max_seq_len: Option<usize>,
     /// The GGUF tokenizer's control tokens ([`super::prepare::special_tokens`]).
     special_tokens: Vec<String>,
+    /// `None`: no prefix cache, or mistral.rs's own (naive).
+    reuse: Option<Arc<Reuse>>,
 }
 
 impl MistralEngine {
@@ -172,17 +231,67 @@ impl MistralEngine {
         let scheduler = SchedulerConfig::DefaultScheduler {
             method: DefaultSchedulerMethod::Fixed(seqs),
         };
+        let reuse = if config.prefix_cache && !config.naive_prefix_cache {
+            Some(Arc::new(Reuse::load(config).await?))
+        } else {
+            None
+        };
         let engine_config = EngineConfig {
             no_prefix_cache: !config.prefix_cache,
             ..EngineConfig::default()
         };
         let model = build_off_runtime(pipeline, scheduler, engine_config).await?;
         let max_seq_len = model.max_sequence_length().ok().flatten();
-        Ok(Self {
+        let engine = Self {
             model: Arc::new(model),
             max_seq_len,
             special_tokens,
-        })
+            reuse,
+        };
+        if let Some(reuse) = &engine.reuse {
+            // The warm-up run ("hello", one token) left an entry whose last
+            // token has no row, under a key seeker did not choose.
+            flush(&engine.model, reuse, FlushReason::Startup).await?;
+        }
+        Ok(engine)
+    }
+
+    /// Counts prefix reuse and flushes in `metrics` from now on.
+    pub fn with_metrics(self, metrics: Arc<Metrics>) -> Self {
+        if let Some(reuse) = &self.reuse {
+            let _ = reuse.metrics.set(metrics);
+        }
+        self
+    }
+
+    /// KV bytes seeker counts in the prefix cache (0 when reuse is off).
+    pub fn prefix_cache_bytes(&self) -> usize {
+        self.reuse
+            .as_ref()
+            .map_or(0, |r| r.tracker.lock().expect("tracker lock").bytes())
+    }
+
+    /// The texts of the `(stop, mark)` sentinels when reuse is on.
+    pub fn sentinel_texts(&self) -> Option<(String, String)> {
+        self.reuse
+            .as_ref()
+            .map(|r| (r.sentinels.stop.1.clone(), r.sentinels.mark.1.clone()))
+    }
+
+    /// Times the prefix cache was emptied (the one at startup included).
+    pub fn prefix_cache_flushes(&self) -> usize {
+        self.reuse
+            .as_ref()
+            .map_or(0, |r| r.flushes.load(Ordering::SeqCst))
+    }
+
+    /// Sequences mistral.rs found a prefix-cache match for since the engine
+    /// was built (its own counter, `IntervalLogger::prefix_cache_stats`).
+    pub fn prefix_cache_hits(&self) -> usize {
+        self.model
+            .inner()
+            .get_logger(None)
+            .map_or(0, |logger| logger.prefix_cache_stats().0)
     }
 
     /// The model's context length in tokens, when it declares one.
@@ -266,6 +375,7 @@ impl MistralEngine {
     ) -> Result<Vec<(u32, f64)>, EngineError> {
         let ids = self.tokenize(prompt).await?;
         self.room_after(ids.len())?;
+        let admitted = self.admit(&ids).await?;
         let captured: Arc<std::sync::Mutex<Option<Vec<f32>>>> = Arc::default();
         let sink = Arc::clone(&captured);
         let capture = move |logits: &candle_core::Tensor,
@@ -279,8 +389,12 @@ impl MistralEngine {
         };
         let mut sampling = SamplingParams::deterministic();
         sampling.max_len = Some(1);
-        let (mut request, mut engine_rx) = completion_request(ids, sampling, 8);
-        request.logits_processors = Some(vec![Arc::new(capture)]);
+        let (mut request, mut engine_rx) = completion_request(ids.clone(), sampling, 8);
+        let mut processors: Vec<Arc<dyn mistralrs::CustomLogitsProcessor>> =
+            vec![Arc::new(capture)];
+        let sentinel = self.sentinel(&[], 0, None, &mut request);
+        processors.extend(sentinel.clone().map(|s| s as Arc<_>));
+        request.logits_processors = Some(processors);
         self.submit(request).await?;
         // Read to the end: the sequence is finished, not cancelled.
         while let Some(response) = engine_rx.recv().await {
@@ -300,12 +414,294 @@ impl MistralEngine {
                 _ => {}
             }
         }
+        if let (Some(reuse), Some(sentinel)) = (&self.reuse, sentinel) {
+            reuse.record(&self.model, admitted, &ids, &sentinel).await;
+        }
         let logits = captured
             .lock()
             .unwrap()
             .take()
             .ok_or_else(|| EngineError::Internal("no logits were computed".into()))?;
         Ok(top_log_softmax(&logits, top))
+    }
+}
+
+/// A generation let in by [`MistralEngine::admit`]: holds the engine shared
+/// (no flush runs under it) until recorded.
+struct Admitted {
+    _guard: Option<tokio::sync::OwnedRwLockReadGuard<()>>,
+    /// Prompt tokens mistral.rs will take from its cache.
+    reused: usize,
+    /// Rows of the entry they come from.
+    reused_rows: usize,
+}
+
+impl Reuse {
+    /// The vocabulary, sentinels and KV size of `config.gguf`.
+    ///
+    /// # Errors
+    /// [`EngineError::Load`] when the GGUF's vocabulary cannot be read or has
+    /// no two spare control tokens for sentinels.
+    async fn load(config: &MistralConfig) -> Result<Self, EngineError> {
+        let gguf = config.gguf.clone();
+        let dtype_bytes = match config.dtype {
+            ActivationDtype::F32 => 4,
+            _ => 2,
+        };
+        let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let vocab = Vocab::from_gguf(&gguf)?;
+            let (template, _, _) = super::prepare::chat_template_parts(&gguf)?;
+            let bytes_per_row = super::vocab::kv_bytes_per_row(&gguf, dtype_bytes)?;
+            let (stop, mark) = vocab
+                .sentinels(&template.unwrap_or_default(), &[])
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{}: fewer than two spare control tokens to end cached \
+                         sequences with; set model.prefix_cache = false",
+                        gguf.display()
+                    )
+                })?;
+            Ok((vocab, Sentinels { stop, mark }, bytes_per_row))
+        })
+        .await
+        .map_err(|e| EngineError::Load(format!("vocabulary thread failed: {e}")))?
+        .map_err(|e| EngineError::Load(format!("prefix reuse: {e:#}")))?;
+        let (vocab, sentinels, bytes_per_row) = loaded;
+        tracing::info!(
+            stop = %sentinels.stop.1,
+            mark = %sentinels.mark.1,
+            eos = ?vocab.eos,
+            kv_bytes_per_token = bytes_per_row,
+            budget_mib = config.prefix_cache_mib,
+            "prefix reuse on"
+        );
+        Ok(Self {
+            vocab: Arc::new(vocab),
+            sentinels,
+            tracker: Mutex::new(PrefixTracker::new(bytes_per_row)),
+            budget_bytes: config.prefix_cache_mib.saturating_mul(1 << 20),
+            inflight: Arc::new(tokio::sync::RwLock::new(())),
+            unknown_end: AtomicBool::new(false),
+            flushes: std::sync::atomic::AtomicUsize::new(0),
+            metrics: OnceLock::new(),
+        })
+    }
+
+    fn metrics(&self) -> Option<&Metrics> {
+        self.metrics.get().map(|m| m.as_ref())
+    }
+
+    fn publish(&self, tracker: &PrefixTracker) {
+        if let Some(m) = self.metrics() {
+            m.prefix_cache_bytes.set(tracker.bytes() as i64);
+            m.prefix_cache_entries.set(tracker.len() as i64);
+        }
+    }
+
+    /// Records the end of a sequence admitted with `admitted` for prompt
+    /// `ids`: its key (prompt, generated tokens, the sentinel the processor
+    /// forced) and rows. A sequence the processor did not end (mistral.rs
+    /// stopped on a token seeker did not foresee) makes the next request
+    /// flush first. Past the budget, flushes now.
+    async fn record(
+        &self,
+        model: &Arc<mistralrs::Model>,
+        admitted: Admitted,
+        ids: &[u32],
+        sentinel: &Sentinel,
+    ) {
+        let generated = sentinel.generated();
+        let last = match sentinel.forced() {
+            Some(Forced::StopString) => Some(self.sentinels.mark.0),
+            Some(_) => Some(self.sentinels.stop.0),
+            None => None,
+        };
+        let over = {
+            let mut tracker = self.tracker.lock().expect("tracker lock");
+            let rows = capacity_rows(ids.len() + generated.len()).max(admitted.reused_rows);
+            let mut key = Vec::with_capacity(ids.len() + generated.len() + 1);
+            key.extend_from_slice(ids);
+            key.extend_from_slice(&generated);
+            match last {
+                Some(id) if id == self.sentinels.stop.0 || id == self.sentinels.mark.0 => {
+                    key.push(id);
+                }
+                _ => {
+                    tracing::warn!(
+                        generated = generated.len(),
+                        "mistral.rs ended a sequence on a token seeker did not foresee; the prefix cache is emptied before the next request"
+                    );
+                    self.unknown_end.store(true, Ordering::SeqCst);
+                    key.push(u32::MAX);
+                }
+            }
+            tracker.insert(key, rows);
+            self.publish(&tracker);
+            tracker.bytes() > self.budget_bytes
+        };
+        drop(admitted);
+        if over {
+            if let Err(e) = flush(model, self, FlushReason::Budget).await {
+                tracing::warn!(error = %e, "prefix cache flush failed");
+            }
+        }
+    }
+}
+
+/// Empties mistral.rs's prefix cache (see the module documentation) once no
+/// generation is in flight, unless the reason went away meanwhile.
+///
+/// # Errors
+/// [`EngineError::Internal`] when the engine is gone.
+async fn flush(
+    model: &Arc<mistralrs::Model>,
+    reuse: &Reuse,
+    reason: FlushReason,
+) -> Result<(), EngineError> {
+    let _alone = reuse.inflight.write().await;
+    {
+        let tracker = reuse.tracker.lock().expect("tracker lock");
+        let still = match reason {
+            FlushReason::Budget => tracker.bytes() > reuse.budget_bytes,
+            FlushReason::UnknownEnd => reuse.unknown_end.load(Ordering::SeqCst),
+            FlushReason::Covered | FlushReason::Startup => true,
+        };
+        if !still {
+            return Ok(());
+        }
+    }
+    let started = std::time::Instant::now();
+    let failing =
+        |_: &candle_core::Tensor, _: &[u32]| -> candle_core::Result<candle_core::Tensor> {
+            Err(candle_core::Error::Msg(
+                "seeker empties the prefix cache (a deliberate step error, not a fault)".into(),
+            ))
+        };
+    let mut sampling = SamplingParams::deterministic();
+    sampling.max_len = Some(1);
+    let (mut request, mut engine_rx) =
+        completion_request(vec![reuse.sentinels.stop.0], sampling, 8);
+    request.logits_processors = Some(vec![Arc::new(failing)]);
+    let sender = model
+        .inner()
+        .get_sender(None)
+        .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
+    sender
+        .send(Request::Normal(Box::new(request)))
+        .await
+        .map_err(|_| EngineError::Internal("engine stopped".into()))?;
+    // Wait for the error (mistral.rs unwraps its send of it: the receiver
+    // must live until then).
+    let mut failed = false;
+    while let Some(response) = engine_rx.recv().await {
+        match response {
+            Response::CompletionModelError(..)
+            | Response::ModelError(..)
+            | Response::InternalError(_)
+            | Response::ValidationError(_) => {
+                failed = true;
+                break;
+            }
+            Response::CompletionDone(_) => break,
+            _ => {}
+        }
+    }
+    if !failed {
+        return Err(EngineError::Internal(
+            "the prefix-cache flush step did not fail as expected".into(),
+        ));
+    }
+    let mut tracker = reuse.tracker.lock().expect("tracker lock");
+    let freed = tracker.bytes();
+    tracker.clear();
+    reuse.unknown_end.store(false, Ordering::SeqCst);
+    reuse.flushes.fetch_add(1, Ordering::SeqCst);
+    reuse.publish(&tracker);
+    if let Some(m) = reuse.metrics() {
+        m.prefix_cache_flushes
+            .with_label_values(&[reason.label()])
+            .inc();
+    }
+    tracing::info!(
+        reason = reason.label(),
+        freed_mib = freed as f64 / (1 << 20) as f64,
+        ms = started.elapsed().as_millis() as u64,
+        "prefix cache emptied"
+    );
+    Ok(())
+}
+
+impl MistralEngine {
+    /// Lets a generation for prompt `ids` in: waits while a flush runs,
+    /// flushes first when a sequence may be cached under an unknown key or
+    /// `ids` holds a whole cached key, and says what the prompt reuses.
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when a flush finds the engine gone.
+    async fn admit(&self, ids: &[u32]) -> Result<Admitted, EngineError> {
+        let Some(reuse) = &self.reuse else {
+            return Ok(Admitted {
+                _guard: None,
+                reused: 0,
+                reused_rows: 0,
+            });
+        };
+        loop {
+            let guard = Arc::clone(&reuse.inflight).read_owned().await;
+            let reason = {
+                let tracker = reuse.tracker.lock().expect("tracker lock");
+                if reuse.unknown_end.load(Ordering::SeqCst) {
+                    Some(FlushReason::UnknownEnd)
+                } else if tracker.covers_a_whole_key(ids) {
+                    Some(FlushReason::Covered)
+                } else {
+                    let (reused, reused_rows) = tracker.lookup(ids);
+                    drop(tracker);
+                    if let Some(m) = reuse.metrics() {
+                        m.prompt_tokens_cached.inc_by(reused as u64);
+                        m.prompt_tokens_prefilled
+                            .inc_by(ids.len().saturating_sub(reused) as u64);
+                    }
+                    return Ok(Admitted {
+                        _guard: Some(guard),
+                        reused,
+                        reused_rows,
+                    });
+                }
+            };
+            drop(guard);
+            if let Some(reason) = reason {
+                flush(&self.model, reuse, reason).await?;
+            }
+        }
+    }
+
+    /// Puts a [`Sentinel`] on `request` (budget `max_tokens`; `max_len`
+    /// becomes one more, the stop sentinel joins the stop strings) when
+    /// reuse is on.
+    fn sentinel(
+        &self,
+        stop: &[String],
+        max_tokens: usize,
+        temperature: Option<f64>,
+        request: &mut NormalRequest,
+    ) -> Option<Arc<Sentinel>> {
+        let reuse = self.reuse.as_ref()?;
+        let sentinel = Arc::new(Sentinel::new(
+            Arc::clone(&reuse.vocab),
+            reuse.sentinels.clone(),
+            stop,
+            max_tokens,
+            temperature,
+        ));
+        let params = &mut request.sampling_params;
+        params.max_len = Some(max_tokens + 1);
+        let stop_text = reuse.sentinels.stop.1.clone();
+        match &mut params.stop_toks {
+            Some(StopTokens::Seqs(seqs)) => seqs.push(stop_text),
+            _ => params.stop_toks = Some(StopTokens::Seqs(vec![stop_text])),
+        }
+        Some(sentinel)
     }
 }
 
@@ -486,18 +882,46 @@ impl Engine for MistralEngine {
             sampling.stop_toks = Some(StopTokens::Seqs(params.stop.clone()));
         }
 
-        let (mut request, mut engine_rx) = completion_request(ids, sampling, 64);
-        // Only for the first token's untrimmed text; top-n logprobs stay 0.
+        let admitted = self.admit(&ids).await?;
+        let reused = admitted.reused;
+        let (mut request, mut engine_rx) = completion_request(ids.clone(), sampling, 64);
+        // Only for the first token's untrimmed text and the last token's id;
+        // top-n logprobs stay 0.
         request.return_logprobs = true;
+        let sentinel = self.sentinel(&params.stop, max_tokens, params.temperature, &mut request);
+        if let Some(s) = &sentinel {
+            request.logits_processors = Some(vec![Arc::clone(s) as Arc<_>]);
+        }
         let engine_sender = self.submit(request).await?;
 
         let (tx, rx) = mpsc::channel(64);
+        let reuse = self.reuse.clone();
+        let model = Arc::clone(&self.model);
         tokio::spawn(async move {
+            if reuse.is_some() {
+                let prompt = EngineEvent::Prompt {
+                    tokens: prompt_tokens,
+                    cached: Some(reused),
+                };
+                let _ = tx.send(Ok(prompt)).await;
+            }
             let mut first = true;
+            // The consumer left: with a sentinel the sequence is ended by the
+            // processor at its next step and read to its end (so that its
+            // cache key is known); without one, dropping `engine_rx` cancels it.
+            let mut gone = false;
             loop {
                 let response = tokio::select! {
-                    // The client went away: dropping `engine_rx` cancels the sequence.
-                    () = tx.closed() => return,
+                    () = tx.closed(), if !gone => {
+                        match &sentinel {
+                            Some(s) => {
+                                s.cancel();
+                                gone = true;
+                                continue;
+                            }
+                            None => return,
+                        }
+                    }
                     r = engine_rx.recv() => r,
                 };
                 let event = match response {
@@ -520,21 +944,42 @@ impl Engine for MistralEngine {
                                 }
                             }
                         }
-                        // One chunk per sampled token (a chunk that would end inside a
-                        // UTF-8 character is merged into the next one).
-                        let event = EngineEvent::Text { text, tokens: 1 };
-                        if tx.send(Ok(event)).await.is_err() {
-                            return;
+                        let forced = sentinel.as_ref().and_then(|s| s.forced());
+                        let finish = choice.finish_reason.as_deref().map(|r| match (r, forced) {
+                            ("length", _) | (_, Some(Forced::Length)) => EngineFinish::Length,
+                            _ => EngineFinish::Stop,
+                        });
+                        // A sentinel forced at the budget or on leaving is no
+                        // token of the answer.
+                        let sentinel_step = finish.is_some()
+                            && matches!(forced, Some(Forced::Length | Forced::Cancelled));
+                        let nothing = sentinel_step && text.is_empty();
+                        if !gone && !nothing {
+                            // One chunk per sampled token (a chunk that would end
+                            // inside a UTF-8 character is merged into the next one).
+                            let tokens = usize::from(!sentinel_step);
+                            let event = EngineEvent::Text { text, tokens };
+                            if tx.send(Ok(event)).await.is_err() {
+                                if let Some(s) = &sentinel {
+                                    s.cancel();
+                                    gone = true;
+                                } else {
+                                    return;
+                                }
+                            }
                         }
-                        match choice.finish_reason.as_deref() {
+                        match finish {
                             None => continue,
-                            Some("length") => Ok(EngineEvent::Done(EngineFinish::Length)),
-                            Some(_) => Ok(EngineEvent::Done(EngineFinish::Stop)),
+                            Some(finish) => Ok(EngineEvent::Done(finish)),
                         }
                     }
                     Some(Response::CompletionDone(done)) => {
-                        let finish = match done.choices.first().map(|c| c.finish_reason.as_str()) {
-                            Some("length") => EngineFinish::Length,
+                        let forced = sentinel.as_ref().and_then(|s| s.forced());
+                        let finish = match (
+                            done.choices.first().map(|c| c.finish_reason.as_str()),
+                            forced,
+                        ) {
+                            (Some("length"), _) | (_, Some(Forced::Length)) => EngineFinish::Length,
                             _ => EngineFinish::Stop,
                         };
                         Ok(EngineEvent::Done(finish))
@@ -564,7 +1009,17 @@ impl Engine for MistralEngine {
                         }
                     }
                 };
-                let _ = tx.send(event).await;
+                let failed = event.is_err();
+                if !gone {
+                    let _ = tx.send(event).await;
+                }
+                if let (Some(reuse), Some(sentinel)) = (&reuse, &sentinel) {
+                    if failed {
+                        // A failed step may have evicted the cache, or not.
+                        reuse.unknown_end.store(true, Ordering::SeqCst);
+                    }
+                    reuse.record(&model, admitted, &ids, sentinel).await;
+                }
                 return;
             }
         });

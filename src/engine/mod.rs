@@ -15,7 +15,9 @@ pub mod gate;
 pub mod mistral;
 pub mod prepare;
 pub mod remote;
+pub mod reuse;
 pub mod scripted;
+pub mod vocab;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;

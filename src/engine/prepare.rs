@@ -94,7 +94,7 @@ fn needs_conversion(dtype: GgmlDType) -> bool {
 ///
 /// # Errors
 /// `gguf` cannot be opened, or is not a GGUF file (both name the file).
-fn read_header(gguf: &Path) -> anyhow::Result<(gguf_file::Content, BufReader<File>)> {
+pub(crate) fn read_header(gguf: &Path) -> anyhow::Result<(gguf_file::Content, BufReader<File>)> {
     let mut reader =
         BufReader::new(File::open(gguf).map_err(|e| anyhow::anyhow!("{}: {e}", gguf.display()))?);
     let content = gguf_file::Content::read(&mut reader)

@@ -34,6 +34,7 @@ mod prepare;
 mod protocols;
 mod qwen;
 mod remote;
+mod reuse;
 mod rollout;
 mod splice;
 mod startup;

@@ -153,6 +153,8 @@ async fn qwen_renders_tokenizes_and_predicts_as_llama_cpp_does() {
         max_num_seqs: 1,
         weights: WeightFormat::AsIs,
         prefix_cache: false,
+        prefix_cache_mib: 2048,
+        naive_prefix_cache: false,
     })
     .await
     .unwrap();

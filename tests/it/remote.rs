@@ -173,6 +173,8 @@ async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() 
             max_num_seqs: 1,
             weights: seeker::engine::prepare::WeightFormat::AsIs,
             prefix_cache: false,
+            prefix_cache_mib: 2048,
+            naive_prefix_cache: false,
         })
         .await
         .unwrap();

@@ -1,0 +1,261 @@
+//! Prefix reuse in the embedded engine (issue 13, `src/engine/reuse.rs`), on
+//! the real small model. Its default weights are F32 (`weights = auto`),
+//! where a reused row equals a recomputed one to rounding: reuse must give
+//! the same next-token log-probabilities as a full prefill within 1e-4.
+//!
+//! Needs `scripts/fetch-defaults.sh --no-index` (SmolLM2).
+
+use std::time::Duration;
+
+use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::engine::prepare::WeightFormat;
+use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
+
+use crate::common::{default_data, profile};
+
+/// Log-prob agreement asked of reuse against a full prefill (F32 weights).
+const EXACT: f64 = 1e-4;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// No prefix cache: every prompt is prefilled whole.
+    Off,
+    /// mistral.rs's prefix cache as it is (no sentinels).
+    Naive,
+    /// seeker's reuse (the default).
+    Sentinel,
+}
+
+async fn small(mode: Mode) -> MistralEngine {
+    MistralEngine::load(&MistralConfig {
+        gguf: default_data(seeker::config::SMALL_GGUF),
+        dtype: ActivationDtype::F32,
+        max_num_seqs: 1,
+        weights: WeightFormat::Auto,
+        prefix_cache: mode != Mode::Off,
+        prefix_cache_mib: 2048,
+        naive_prefix_cache: mode == Mode::Naive,
+    })
+    .await
+    .expect("small model (scripts/fetch-defaults.sh --no-index)")
+}
+
+/// Greedy text after `prompt` up to `</search>` (at most `max_tokens`), and
+/// the prompt tokens the engine said it took from its cache.
+async fn until_close(engine: &MistralEngine, prompt: &str, max_tokens: usize) -> (String, usize) {
+    let params = GenerationParams {
+        max_tokens,
+        temperature: None,
+        top_p: None,
+        stop: vec!["</search>".into()],
+        session: None,
+    };
+    let mut generation = engine.generate(prompt, &params).await.unwrap();
+    let (mut text, mut cached) = (String::new(), 0);
+    while let Some(event) = generation.events.recv().await {
+        match event.unwrap() {
+            EngineEvent::Text { text: t, .. } => text.push_str(&t),
+            EngineEvent::Prompt { cached: c, .. } => cached = c.unwrap_or(0),
+            EngineEvent::Done(_) => break,
+        }
+    }
+    (text, cached)
+}
+
+/// Search-R1's first prompt for `question` on `engine`'s template, the
+/// assistant turn opened with a search call left open.
+async fn round_one(engine: &MistralEngine, question: &str, query: &str) -> String {
+    let instruction = profile("search-r1").user_message(question);
+    let rendered = engine
+        .render_chat(&[ChatTurn {
+            role: Role::User,
+            content: instruction,
+        }])
+        .await
+        .unwrap();
+    format!("{rendered}<think>\nI should look this up.\n</think>\n<search> {query}")
+}
+
+/// The largest difference between `a` and `b` over `a`'s top tokens; a token
+/// missing from `b`'s list counts as infinite.
+fn max_diff(a: &[(u32, f64)], b: &[(u32, f64)]) -> f64 {
+    a.iter()
+        .take(5)
+        .map(|(id, lp)| {
+            b.iter()
+                .find(|(i, _)| i == id)
+                .map_or(f64::INFINITY, |(_, other)| (lp - other).abs())
+        })
+        .fold(0.0, f64::max)
+}
+
+const SPLICE: &str = "<information>Doc 1(Title: \"Mekong\") The Mekong rises on the Tibetan Plateau in Qinghai, China.\nDoc 2(Title: \"Lancang\") In China the river is called the Lancang.\n</information>\n\n";
+
+/// Issue 13's bug case: round 1 stops at `</search>`, and round 2's splice
+/// starts with exactly what the model wrote after the tag (the token that
+/// found the stop string, which mistral.rs caches with no KV row).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_round_after_a_splice_reads_as_a_full_prefill_and_naive_reuse_does_not() {
+    let off = small(Mode::Off).await;
+    let r1 = round_one(
+        &off,
+        "Where does the Mekong River originate?",
+        "Mekong origin",
+    )
+    .await;
+    let (written, _) = until_close(&off, &r1, 16).await;
+    let (kept, late) = written
+        .split_once("</search>")
+        .expect("the model closes the search call");
+    assert!(!late.is_empty(), "the token after the tag is in the text");
+    let r2 = format!("{r1}{kept}</search>{late}{SPLICE}");
+    let full = off.next_token_logprobs(&r2, 10).await.unwrap();
+
+    let mut diffs = Vec::new();
+    for mode in [Mode::Naive, Mode::Sentinel] {
+        let engine = small(mode).await;
+        let (again, _) = until_close(&engine, &r1, 16).await;
+        if mode == Mode::Naive {
+            assert_eq!(again, written, "same greedy round 1");
+        }
+        let hits = engine.prefix_cache_hits();
+        let reused = engine.next_token_logprobs(&r2, 10).await.unwrap();
+        assert_eq!(
+            engine.prefix_cache_hits(),
+            hits + 1,
+            "round 2 took round 1's rows from the cache"
+        );
+        diffs.push(max_diff(&full, &reused));
+    }
+    eprintln!(
+        "naive reuse differs by {:.6}, seeker's by {:.2e}",
+        diffs[0], diffs[1]
+    );
+    assert!(
+        diffs[1] <= EXACT,
+        "reuse must read as a full prefill: {:.2e} > {EXACT:e}",
+        diffs[1]
+    );
+    assert!(
+        diffs[0] > 100.0 * EXACT,
+        "naive reuse was expected to read a zero row here ({:.2e}): the test lost its bug case",
+        diffs[0]
+    );
+}
+
+/// Four search rounds, each reusing the one before: per round, the
+/// next-token log-probabilities equal a full prefill's, the engine reports
+/// the previous round's tokens as reused, and mistral.rs counts a hit.
+#[tokio::test(flavor = "multi_thread")]
+async fn four_rounds_each_reuse_the_last_and_match_full_prefills() {
+    let off = small(Mode::Off).await;
+    let reuse = small(Mode::Sentinel).await;
+    let queries = [
+        "Mekong origin",
+        "Lancang river",
+        "Qinghai plateau",
+        "Mekong length",
+    ];
+    let mut transcript =
+        round_one(&reuse, "Where does the Mekong River originate?", queries[0]).await;
+    let mut previous_prompt_tokens = 0;
+    for (round, query) in queries.iter().enumerate() {
+        if round > 0 {
+            transcript.push_str(&format!("<search> {query}"));
+        }
+        // The next-token distribution, reusing the last round's sequence.
+        let expected = off.next_token_logprobs(&transcript, 10).await.unwrap();
+        let hits = reuse.prefix_cache_hits();
+        let got = reuse.next_token_logprobs(&transcript, 10).await.unwrap();
+        let diff = max_diff(&expected, &got);
+        assert!(diff <= EXACT, "round {}: {diff:.2e}", round + 1);
+        if round > 0 {
+            assert_eq!(reuse.prefix_cache_hits(), hits + 1, "round {}", round + 1);
+        }
+        // The round itself. Its prompt is the whole key of the probe just
+        // cached, which mistral.rs does not reuse (a match must leave a
+        // token to prefill): it reuses nothing, and says so.
+        let (written, cached) = until_close(&reuse, &transcript, 24).await;
+        assert_eq!(cached, 0, "round {}", round + 1);
+        let _ = previous_prompt_tokens;
+        previous_prompt_tokens = reuse.count_tokens(&transcript).await.unwrap();
+        let kept = written.split("</search>").next().unwrap();
+        transcript.push_str(&format!("{kept}</search>\n\n{SPLICE}"));
+    }
+    assert!(reuse.prefix_cache_bytes() > 0);
+}
+
+/// The warm-up run's entry and a prompt holding a sentinel: the tracker
+/// flushes instead of letting a prompt cover a whole key; generations that
+/// end by EOS, length and stop string all end in a sentinel (no flush for an
+/// unknown end).
+#[tokio::test(flavor = "multi_thread")]
+async fn every_way_a_sequence_ends_leaves_a_known_key() {
+    let engine = small(Mode::Sentinel).await;
+    let prompt = round_one(&engine, "Who wrote Hamlet?", "Hamlet author").await;
+    let ask = |max_tokens: usize, stop: Vec<String>| GenerationParams {
+        max_tokens,
+        temperature: None,
+        top_p: None,
+        stop,
+        session: None,
+    };
+    // Length, stop string, end of turn.
+    for params in [
+        ask(3, vec![]),
+        ask(32, vec!["</search>".into()]),
+        ask(200, vec![]),
+    ] {
+        let mut generation = engine.generate(&prompt, &params).await.unwrap();
+        let mut tokens = 0;
+        let mut finish = None;
+        while let Some(event) = generation.events.recv().await {
+            match event.unwrap() {
+                EngineEvent::Text { tokens: n, .. } => tokens += n,
+                EngineEvent::Done(f) => finish = Some(f),
+                EngineEvent::Prompt { .. } => {}
+            }
+        }
+        assert!(finish.is_some());
+        assert_eq!(
+            engine.prefix_cache_flushes(),
+            1,
+            "no flush for an unknown end"
+        );
+        assert!(
+            tokens <= params.max_tokens,
+            "{tokens} > {}",
+            params.max_tokens
+        );
+        if params.max_tokens == 3 {
+            assert_eq!(tokens, 3, "the budget is spent exactly");
+            assert_eq!(finish, Some(seeker::engine::EngineFinish::Length));
+        }
+    }
+    // A consumer that leaves at once: the sequence is ended at its next
+    // step by the sentinel, and recorded.
+    let before = engine.prefix_cache_bytes();
+    let generation = engine.generate(&prompt, &ask(50, vec![])).await.unwrap();
+    drop(generation);
+    let waited = std::time::Instant::now();
+    while engine.prefix_cache_bytes() == before {
+        assert!(waited.elapsed() < Duration::from_secs(30), "never recorded");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A longer prompt reuses the shared one; the only flush was the one at
+    // startup (none for an unknown end).
+    let (text, cached) = until_close(&engine, &format!("{prompt} of the play"), 8).await;
+    assert!(!text.is_empty());
+    assert!(cached > 0, "the shared prompt was reused");
+    assert_eq!(engine.prefix_cache_flushes(), 1);
+
+    // A prompt that holds a whole cached key (here: the sentinel a cached
+    // sequence ended with, written out) empties the cache first.
+    let flushes = engine.prefix_cache_flushes();
+    let written = until_close(&engine, &prompt, 32).await.0;
+    let kept = written.split("</search>").next().unwrap();
+    let sentinel = engine.sentinel_texts().expect("reuse is on").1;
+    let covering = format!("{prompt}{kept}</search>{sentinel} and on");
+    let _ = until_close(&engine, &covering, 4).await;
+    assert_eq!(engine.prefix_cache_flushes(), flushes + 1);
+}
