@@ -44,6 +44,7 @@
 pub mod config;
 pub mod engine;
 pub mod eval;
+pub mod logging;
 pub mod metrics;
 pub mod profile;
 pub mod pyjson;

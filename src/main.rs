@@ -199,18 +199,7 @@ fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: PrepareFormat) -> anyh
 }
 
 fn main() -> ExitCode {
-    // RUST_LOG overrides. mistral.rs's GGUF loader warns "a mix of GPU and CPU"
-    // on every CPU-only load, which misleads on machines without a GPU.
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-                "seeker=info,tower_http=info,mistralrs_core::pipeline::gguf=error,warn".into()
-            }),
-        )
-        .with_writer(std::io::stderr)
-        // Colour codes only on a terminal, not in a log file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    seeker::logging::init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve { config, host, port } => cmd_serve(config.as_deref(), host, port),

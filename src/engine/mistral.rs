@@ -16,10 +16,13 @@
 //!   that starts with it; in 0.8.1 it can reuse a row that was never
 //!   computed, and on CPU it is never evicted. seeker turns it on with a
 //!   sentinel processor on every request and its own copy of the keys
-//!   ([`super::reuse`]), and empties it past `prefix_cache_mib`: a step whose
-//!   logits processor fails makes mistral.rs evict every cached sequence
-//!   (`handle_pipeline_forward_error`), so a one-token request with a failing
-//!   processor, sent while nothing else runs, is the flush.
+//!   ([`super::reuse`]), and empties it past `prefix_cache_mib`: a failed
+//!   forward pass makes mistral.rs evict every cached sequence
+//!   (`handle_pipeline_forward_error`; a failing logits processor does not:
+//!   it fails only its sequence), so a one-token prompt whose token id is
+//!   past the embedding table ([`FLUSH_TOKEN`]), sent while nothing else
+//!   runs, is the flush. CPU only: CUDA's index lookup checks no bounds, so
+//!   with the `cuda` feature reuse stays off.
 //! - Streaming trims leading whitespace from the first piece of every request;
 //!   the token's own text (sent with `return_logprobs`) restores it.
 //! - Building the engine waits for a warm-up run with a nested blocking wait
@@ -231,13 +234,18 @@ impl MistralEngine {
         let scheduler = SchedulerConfig::DefaultScheduler {
             method: DefaultSchedulerMethod::Fixed(seqs),
         };
-        let reuse = if config.prefix_cache && !config.naive_prefix_cache {
+        // The flush relies on candle's bounds check, which CUDA lacks.
+        let cuda = cfg!(feature = "cuda");
+        if cuda && config.prefix_cache && !config.naive_prefix_cache {
+            tracing::warn!("prefix reuse is CPU-only for now; off on CUDA");
+        }
+        let reuse = if config.prefix_cache && !config.naive_prefix_cache && !cuda {
             Some(Arc::new(Reuse::load(config).await?))
         } else {
             None
         };
         let engine_config = EngineConfig {
-            no_prefix_cache: !config.prefix_cache,
+            no_prefix_cache: reuse.is_none() && !(config.prefix_cache && config.naive_prefix_cache),
             ..EngineConfig::default()
         };
         let model = build_off_runtime(pipeline, scheduler, engine_config).await?;
@@ -259,6 +267,12 @@ impl MistralEngine {
     /// Counts prefix reuse and flushes in `metrics` from now on.
     pub fn with_metrics(self, metrics: Arc<Metrics>) -> Self {
         if let Some(reuse) = &self.reuse {
+            // Flushes before now: the one at startup.
+            let startup = reuse.flushes.load(Ordering::SeqCst) as u64;
+            metrics
+                .prefix_cache_flushes
+                .with_label_values(&[FlushReason::Startup.label()])
+                .inc_by(startup);
             let _ = reuse.metrics.set(metrics);
         }
         self
@@ -548,6 +562,15 @@ impl Reuse {
     }
 }
 
+/// A token id past every vocabulary: the embedding lookup of a prompt made of
+/// it fails (candle checks the index on CPU), which fails the forward pass.
+pub const FLUSH_TOKEN: u32 = 0x3FFF_FFFF;
+
+/// [`FLUSH_TOKEN`] written out: the engine's error for the flush step
+/// (candle's `InvalidIndex`) names it, and `seeker`'s log filter drops
+/// mistral.rs's events that do (`crate::logging`).
+pub const FLUSH_ERROR_MARK: &str = "1073741823";
+
 /// Empties mistral.rs's prefix cache (see the module documentation) once no
 /// generation is in flight, unless the reason went away meanwhile.
 ///
@@ -571,17 +594,9 @@ async fn flush(
         }
     }
     let started = std::time::Instant::now();
-    let failing =
-        |_: &candle_core::Tensor, _: &[u32]| -> candle_core::Result<candle_core::Tensor> {
-            Err(candle_core::Error::Msg(
-                "seeker empties the prefix cache (a deliberate step error, not a fault)".into(),
-            ))
-        };
     let mut sampling = SamplingParams::deterministic();
     sampling.max_len = Some(1);
-    let (mut request, mut engine_rx) =
-        completion_request(vec![reuse.sentinels.stop.0], sampling, 8);
-    request.logits_processors = Some(vec![Arc::new(failing)]);
+    let (request, mut engine_rx) = completion_request(vec![FLUSH_TOKEN], sampling, 8);
     let sender = model
         .inner()
         .get_sender(None)
@@ -590,23 +605,23 @@ async fn flush(
         .send(Request::Normal(Box::new(request)))
         .await
         .map_err(|_| EngineError::Internal("engine stopped".into()))?;
-    // Wait for the error (mistral.rs unwraps its send of it: the receiver
-    // must live until then).
-    let mut failed = false;
+    // Wait for the step's error (mistral.rs unwraps its send of it: the
+    // receiver must live until then). Only a failed forward pass evicts.
+    let mut evicted = false;
     while let Some(response) = engine_rx.recv().await {
         match response {
-            Response::CompletionModelError(..)
-            | Response::ModelError(..)
-            | Response::InternalError(_)
-            | Response::ValidationError(_) => {
-                failed = true;
+            Response::CompletionModelError(..) | Response::ModelError(..) => {
+                evicted = true;
                 break;
             }
-            Response::CompletionDone(_) => break,
+            Response::InternalError(_)
+            | Response::ValidationError(_)
+            | Response::CompletionDone(_) => break,
             _ => {}
         }
     }
-    if !failed {
+    if !evicted {
+        reuse.unknown_end.store(true, Ordering::SeqCst);
         return Err(EngineError::Internal(
             "the prefix-cache flush step did not fail as expected".into(),
         ));

@@ -256,6 +256,148 @@ async fn every_way_a_sequence_ends_leaves_a_known_key() {
     let kept = written.split("</search>").next().unwrap();
     let sentinel = engine.sentinel_texts().expect("reuse is on").1;
     let covering = format!("{prompt}{kept}</search>{sentinel} and on");
-    let _ = until_close(&engine, &covering, 4).await;
+    let hits = engine.prefix_cache_hits();
+    let (_, cached) = until_close(&engine, &covering, 4).await;
     assert_eq!(engine.prefix_cache_flushes(), flushes + 1);
+    // mistral.rs's cache was really emptied: the prompt, which shares the
+    // cached prompt, found nothing in it.
+    assert_eq!(cached, 0);
+    assert_eq!(
+        engine.prefix_cache_hits(),
+        hits,
+        "the cache was not emptied"
+    );
+    // And it still serves, reusing again.
+    let (text, cached) = until_close(&engine, &format!("{prompt} in the end"), 4).await;
+    assert!(!text.is_empty());
+    assert!(cached > 0);
+}
+
+/// The server as users start it (small model), 200 rollouts one after
+/// another with distinct questions and a 64 MiB budget: seeker's count of
+/// the cache never passes the budget, the cache is emptied for the budget
+/// only (never for an unforeseen end or a covered key), the shared
+/// instruction is reused, and resident memory is flat after warm-up.
+#[tokio::test(flavor = "multi_thread")]
+async fn memory_stays_under_the_budget_over_200_rollouts() {
+    const BUDGET_MIB: u64 = 64;
+    let server = crate::e2e::start_server_args(
+        crate::e2e::shared_index(),
+        &[
+            ("SEEKER_MODEL__PREFIX_CACHE_MIB", "64"),
+            ("SEEKER_POLICY__DEFAULT", "search-r1"),
+        ],
+        &[],
+    );
+    let client = reqwest::Client::new();
+    crate::e2e::wait_healthy(&client, &server.base).await;
+    let pid = server.child.id();
+    let metric = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    };
+    let subjects = [
+        "the Nile",
+        "Mount Everest",
+        "the Eiffel Tower",
+        "Marie Curie",
+        "the Amazon",
+        "Beethoven",
+        "the Sahara",
+        "Isaac Newton",
+        "the Great Wall",
+        "Shakespeare",
+    ];
+    let asks = [
+        "Where is",
+        "Who built",
+        "Why is",
+        "When did we learn about",
+        "What is special about",
+    ];
+    let mut rss_after = Vec::new();
+    for i in 0..200 {
+        let question = format!(
+            "{} {} (question {i})?",
+            asks[i % asks.len()],
+            subjects[(i / asks.len()) % subjects.len()]
+        );
+        let body = serde_json::json!({
+            "model": "default",
+            "messages": [{"role": "user", "content": question}],
+            "max_tokens": 8,
+        });
+        let answer = crate::common::post_json(
+            &client,
+            &format!("{}/v1/chat/completions", server.base),
+            &body,
+        )
+        .await;
+        assert!(
+            answer["choices"][0]["finish_reason"].is_string(),
+            "{answer}"
+        );
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let rss_kib: u64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .unwrap();
+        rss_after.push(rss_kib / 1024);
+        // The sequence that passes the budget is cached, and the cache
+        // emptied as soon as it has ended: wait for that.
+        let settled = std::time::Instant::now();
+        loop {
+            let text = client
+                .get(format!("{}/metrics", server.base))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let held = metric(&text, "seeker_prefix_cache_bytes");
+            if held <= BUDGET_MIB << 20 {
+                break;
+            }
+            assert!(
+                settled.elapsed() < Duration::from_secs(10),
+                "rollout {i}: {held} bytes held"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let text = client
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let flushes = |reason: &str| {
+        metric(
+            &text,
+            &format!("seeker_prefix_cache_flushes_total{{reason=\"{reason}\"}}"),
+        )
+    };
+    assert!(flushes("budget") >= 10, "{}", flushes("budget"));
+    assert_eq!(flushes("unknown_end"), 0);
+    assert_eq!(flushes("covered"), 0);
+    assert_eq!(flushes("startup"), 1);
+    assert!(metric(&text, "seeker_prompt_tokens_cached_total") > 0);
+    let warm = rss_after[49];
+    let peak = *rss_after[50..].iter().max().unwrap();
+    eprintln!(
+        "RSS after rollout 1: {} MiB, 50: {warm} MiB, 200: {} MiB, peak after 50: {peak} MiB; {} flushes",
+        rss_after[0],
+        rss_after[199],
+        flushes("budget")
+    );
+    assert!(
+        peak <= warm + BUDGET_MIB + 32,
+        "RSS grew from {warm} MiB to {peak} MiB after warm-up"
+    );
 }
