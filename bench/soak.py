@@ -11,9 +11,13 @@ request. Questions are distinct FanOutQA dev sub-questions, so every prompt
 differs (no accidental reuse across requests). Prints a summary and writes the
 full curves as JSON.
 
-usage: bench/soak.py [--bin target/release/seeker] [--sequential 300]
-                     [--concurrent 100] [--clients 8] [--max-tokens 8]
-                     [--policy search-r1] [--out target/soak.json]
+usage: bench/soak.py [--bin target/release/seeker] [--config config/small.toml]
+                     [--sequential 300] [--concurrent 100] [--clients 8]
+                     [--max-tokens 8] [--policy search-r1] [--out target/soak.json]
+
+Latencies: p50/p90/p99 per phase; the concurrent phase's p99 is also given as a
+multiple of the sequential (solo) median. The server's prefix-reuse counters
+(/metrics) are read at the end.
 """
 
 import argparse
@@ -101,6 +105,8 @@ def summary(name, rss_after, latencies, tokens):
         "rss_mean_first_10_mib": round(first10, 1),
         "rss_mean_last_10_mib": round(last10, 1),
         "latency_p50_s": round(lat[len(lat) // 2], 2),
+        "latency_p90_s": round(lat[min(n - 1, int(n * 0.9))], 2),
+        "latency_p99_s": round(lat[min(n - 1, int(n * 0.99))], 2),
         "latency_max_s": round(lat[-1], 2),
         "prompt_tokens_mean": round(sum(t["prompt_tokens"] for t in tokens) / n, 1),
     }
@@ -109,6 +115,7 @@ def summary(name, rss_after, latencies, tokens):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--bin", default="target/release/seeker")
+    p.add_argument("--config", default=None, help="passed to `seeker serve --config`")
     p.add_argument("--sequential", type=int, default=300)
     p.add_argument("--concurrent", type=int, default=100)
     p.add_argument("--clients", type=int, default=8)
@@ -121,7 +128,10 @@ def main():
     qs = questions(args.dataset, args.sequential + args.concurrent)
     port = free_port()
     env = dict(os.environ, SEEKER_SERVER__MAX_CONCURRENT_REQUESTS=str(args.clients * 2))
-    server = subprocess.Popen([args.bin, "serve", "--port", str(port)], env=env,
+    command = [args.bin, "serve", "--port", str(port)]
+    if args.config:
+        command += ["--config", args.config]
+    server = subprocess.Popen(command, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -164,13 +174,23 @@ def main():
         with ThreadPoolExecutor(args.clients) as pool:
             list(pool.map(one, qs[args.sequential:]))
         conc = summary(f"concurrent ({args.clients} clients)", rss, lat, tok)
+        conc["p99_over_solo_median"] = round(conc["latency_p99_s"] / seq["latency_p50_s"], 2)
         sampler.stopped.set()
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        reuse = {}
+        for line in metrics.splitlines():
+            if line.startswith(("seeker_prompt_tokens_cached_total", "seeker_prompt_tokens_prefilled_total",
+                                "seeker_prefix_cache_flushes_total", "seeker_prefix_cache_bytes")):
+                name, value = line.rsplit(" ", 1)
+                reuse[name] = float(value)
 
         report = {
             "binary": args.bin,
             "policy": args.policy,
             "max_tokens": args.max_tokens,
             "phases": [seq, conc],
+            "prefix_reuse": reuse,
             "curves": {"sequential_rss_after_each_mib": seq_curve,
                        "concurrent_rss_after_each_mib": rss,
                        "sampled_rss_mib": sampler.samples},
@@ -179,6 +199,7 @@ def main():
         json.dump(report, open(args.out, "w"), indent=1)
         for s in (seq, conc):
             print(json.dumps(s))
+        print(json.dumps(reuse))
         print(f"curves in {args.out}")
     finally:
         server.terminate()

@@ -3,11 +3,13 @@
 //! alternating in one process; prompt tokens sent, tokens actually
 //! prefilled, and wall time per rollout.
 //!
-//! The searches are forced by the policy: a copy of `search-r1` whose splice
-//! ends by opening the next `<search>` (and `max_searches` = rounds − 1), so
-//! every round writes a query, and the assistant turn starts inside
-//! `<search>`. Everything else is seeker's rollout as served: the default
-//! BM25 index, Search-R1's splice, greedy decoding.
+//! The searches are forced by a scripted policy: a wrapper around the engine
+//! opens `<search>` at the start of every round (it adds the tag to the
+//! prompt the engine continues and to the text the rollout reads), so the
+//! model writes a query each round. Everything else is seeker's rollout as
+//! served: Search-R1's profile (`max_searches` = rounds − 1: the last round's
+//! call is the round cap), the default BM25 index, Search-R1's splice,
+//! greedy decoding.
 //!
 //! ```text
 //! cargo run --release --example reuse_bench -- [--gguf GGUF] [--rounds 4] [--runs 2]
@@ -37,9 +39,18 @@ struct Args {
     gguf: PathBuf,
     #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
     index: PathBuf,
-    #[arg(long, default_value = "Where does the Mekong River originate?")]
-    question: String,
-    /// Rounds per rollout (searches = rounds − 1, then the round cap).
+    /// Questions, one per run (cycled): a run repeating an earlier run's
+    /// rollout would reuse nothing, as every prompt of it is a prefix of a
+    /// cached sequence and mistral.rs 0.8.1 does not reuse a match that
+    /// covers the whole prompt.
+    #[arg(long, num_args = 1.., default_values_t = [
+        "Where does the Mekong River originate?".to_string(),
+        "Who designed the Eiffel Tower?".to_string(),
+        "When was the Taj Mahal built?".to_string(),
+    ])]
+    questions: Vec<String>,
+    /// Rounds per rollout (each writes a search call; the last one's is the
+    /// round cap).
     #[arg(long, default_value_t = 4)]
     rounds: usize,
     /// Rollouts per mode.
@@ -58,10 +69,12 @@ struct Call {
     generated: usize,
 }
 
-/// Wraps an engine and counts every generation's tokens.
+/// Wraps an engine: opens `<search>` at the start of every round, and
+/// counts every generation's tokens.
 struct Counted {
     inner: Arc<MistralEngine>,
     calls: Arc<Mutex<Vec<Call>>>,
+    started: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 #[async_trait]
@@ -83,8 +96,23 @@ impl Engine for Counted {
         prompt: &str,
         params: &GenerationParams,
     ) -> Result<Generation, EngineError> {
-        let mut inner = self.inner.generate(prompt, params).await?;
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let open = !prompt.trim_end().ends_with("<search>");
+        let prompt = if open {
+            format!("{prompt}<search>")
+        } else {
+            prompt.to_string()
+        };
+        let mut inner = self.inner.generate(&prompt, params).await?;
         let (tx, rx) = mpsc::channel(64);
+        if open {
+            let tag = EngineEvent::Text {
+                text: "<search>".into(),
+                tokens: 0,
+            };
+            let _ = tx.send(Ok(tag)).await;
+        }
         let calls = Arc::clone(&self.calls);
         let mut call = Call {
             prompt: inner.prompt_tokens,
@@ -119,23 +147,20 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// `search-r1` with every splice opening the next search call.
-fn forcing_profile(rounds: usize) -> anyhow::Result<Profile> {
+/// `search-r1` with `max_searches` = `rounds` − 1.
+fn profile_of(rounds: usize) -> anyhow::Result<Profile> {
     let text = std::fs::read_to_string("config/policies/search-r1.toml")?;
-    let block = r#"block = "\n\n<information>{docs}</information>\n\n""#;
-    anyhow::ensure!(text.contains(block), "search-r1's splice block changed");
-    let text = text
-        .replace(
-            block,
-            r#"block = "\n\n<information>{docs}</information>\n\n<search>""#,
-        )
-        .replace(
-            "max_searches = 4",
-            &format!("max_searches = {}", rounds - 1),
-        );
+    anyhow::ensure!(
+        text.contains("max_searches = 4"),
+        "search-r1 no longer says max_searches = 4"
+    );
+    let text = text.replace(
+        "max_searches = 4",
+        &format!("max_searches = {}", rounds - 1),
+    );
     let dir = std::env::temp_dir().join(format!("seeker-reuse-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join("search-r1-forced.toml");
+    let path = dir.join("search-r1-bench.toml");
     std::fs::write(&path, text)?;
     Ok(Profile::load(&path)?)
 }
@@ -144,7 +169,7 @@ fn forcing_profile(rounds: usize) -> anyhow::Result<Profile> {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.rounds >= 2, "--rounds must be at least 2");
-    let profile = Arc::new(forcing_profile(args.rounds)?);
+    let profile = Arc::new(profile_of(args.rounds)?);
     let index = Arc::new(Bm25Index::open(&args.index)?);
     let mut engines = Vec::new();
     for reuse in [false, true] {
@@ -173,10 +198,12 @@ async fn main() -> anyhow::Result<()> {
                 Arc::new(Bm25Backend::new(Arc::clone(&index))),
                 Default::default(),
             );
+            let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
             let ctx = RolloutContext {
                 engine: Arc::new(Counted {
                     inner: Arc::clone(engine),
                     calls: Arc::clone(&calls),
+                    started: Arc::clone(&started),
                 }),
                 search: Arc::new(search),
                 profile: Arc::clone(&profile),
@@ -185,7 +212,7 @@ async fn main() -> anyhow::Result<()> {
                 messages: vec![
                     ChatTurn {
                         role: Role::User,
-                        content: args.question.clone(),
+                        content: args.questions[run % args.questions.len()].clone(),
                     },
                     ChatTurn {
                         role: Role::Assistant,
@@ -201,7 +228,7 @@ async fn main() -> anyhow::Result<()> {
                 stop: Vec::new(),
             };
             let (tx, mut rx) = mpsc::channel(256);
-            let started = Instant::now();
+            let started_at = Instant::now();
             let drain = async { while rx.recv().await.is_some() {} };
             let run_rollout = async {
                 let r = rollout::run(&ctx, &request, &tx).await;
@@ -210,7 +237,13 @@ async fn main() -> anyhow::Result<()> {
             };
             let (outcome, ()) = tokio::join!(run_rollout, drain);
             let outcome = outcome?;
-            let wall = started.elapsed().as_secs_f64();
+            let wall = started_at.elapsed().as_secs_f64();
+            // Each engine call's count lands when its stream ends.
+            while calls.lock().unwrap().len() < started.load(std::sync::atomic::Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let searches = outcome.searches;
+            let assistant = outcome.transcript;
             let calls = calls.lock().unwrap().clone();
             let sent: usize = calls.iter().map(|c| c.prompt).sum();
             let reused: usize = calls.iter().map(|c| c.reused).sum();
@@ -222,7 +255,7 @@ async fn main() -> anyhow::Result<()> {
                 "run": run,
                 "mode": mode,
                 "rounds": calls.len(),
-                "searches": outcome.searches,
+                "searches": searches,
                 "prompt_tokens_sent": sent,
                 "prompt_tokens_reused": reused,
                 "prefilled": sent - reused,
@@ -235,6 +268,12 @@ async fn main() -> anyhow::Result<()> {
                 })).collect::<Vec<_>>(),
             });
             println!("{row}");
+            if run == 0 {
+                println!(
+                    "{}",
+                    serde_json::json!({ "mode": mode, "transcript": assistant })
+                );
+            }
             rows.push((mode, row));
         }
     }

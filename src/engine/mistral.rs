@@ -126,6 +126,10 @@ struct Reuse {
     unknown_end: AtomicBool,
     /// Flushes so far.
     flushes: std::sync::atomic::AtomicUsize,
+    /// Sequences per rollout (`GenerationParams::session`) not yet recorded;
+    /// a rollout's next round waits for its last one to be recorded.
+    pending: Mutex<std::collections::HashMap<u64, usize>>,
+    recorded: tokio::sync::Notify,
     metrics: OnceLock<Arc<Metrics>>,
 }
 
@@ -440,6 +444,35 @@ impl MistralEngine {
     }
 }
 
+/// A sequence of rollout `.1` not yet recorded ([`Reuse::settle`]).
+struct Pending(Arc<Reuse>, u64);
+
+impl Pending {
+    fn new(reuse: &Arc<Reuse>, session: u64) -> Self {
+        *reuse
+            .pending
+            .lock()
+            .expect("pending lock")
+            .entry(session)
+            .or_default() += 1;
+        Self(Arc::clone(reuse), session)
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut pending = self.0.pending.lock().expect("pending lock");
+        if let Some(n) = pending.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                pending.remove(&self.1);
+            }
+        }
+        drop(pending);
+        self.0.recorded.notify_waiters();
+    }
+}
+
 /// A generation let in by [`MistralEngine::admit`]: holds the engine shared
 /// (no flush runs under it) until recorded.
 struct Admitted {
@@ -497,12 +530,33 @@ impl Reuse {
             inflight: Arc::new(tokio::sync::RwLock::new(())),
             unknown_end: AtomicBool::new(false),
             flushes: std::sync::atomic::AtomicUsize::new(0),
+            pending: Mutex::default(),
+            recorded: tokio::sync::Notify::new(),
             metrics: OnceLock::new(),
         })
     }
 
     fn metrics(&self) -> Option<&Metrics> {
         self.metrics.get().map(|m| m.as_ref())
+    }
+
+    /// Waits until rollout `session` has no sequence left to record. A round
+    /// ends for the rollout at its closing tag, one engine step before its
+    /// sequence ends and is recorded; the next round's lookup must see it.
+    async fn settle(&self, session: u64) {
+        loop {
+            let notified = self.recorded.notified();
+            let busy = self
+                .pending
+                .lock()
+                .expect("pending lock")
+                .get(&session)
+                .is_some_and(|&n| n > 0);
+            if !busy {
+                return;
+            }
+            notified.await;
+        }
     }
 
     fn publish(&self, tracker: &PrefixTracker) {
@@ -666,9 +720,9 @@ impl MistralEngine {
             let reason = {
                 let tracker = reuse.tracker.lock().expect("tracker lock");
                 if reuse.unknown_end.load(Ordering::SeqCst) {
-                    Some(FlushReason::UnknownEnd)
+                    FlushReason::UnknownEnd
                 } else if tracker.covers_a_whole_key(ids) {
-                    Some(FlushReason::Covered)
+                    FlushReason::Covered
                 } else {
                     let (reused, reused_rows) = tracker.lookup(ids);
                     drop(tracker);
@@ -685,9 +739,7 @@ impl MistralEngine {
                 }
             };
             drop(guard);
-            if let Some(reason) = reason {
-                flush(&self.model, reuse, reason).await?;
-            }
+            flush(&self.model, reuse, reason).await?;
         }
     }
 
@@ -897,6 +949,13 @@ impl Engine for MistralEngine {
             sampling.stop_toks = Some(StopTokens::Seqs(params.stop.clone()));
         }
 
+        let pending = match (&self.reuse, params.session) {
+            (Some(reuse), Some(session)) => {
+                reuse.settle(session).await;
+                Some(Pending::new(reuse, session))
+            }
+            _ => None,
+        };
         let admitted = self.admit(&ids).await?;
         let reused = admitted.reused;
         let (mut request, mut engine_rx) = completion_request(ids.clone(), sampling, 64);
@@ -1034,6 +1093,7 @@ impl Engine for MistralEngine {
                         reuse.unknown_end.store(true, Ordering::SeqCst);
                     }
                     reuse.record(&model, admitted, &ids, sentinel).await;
+                    drop(pending);
                 }
                 return;
             }
