@@ -10,6 +10,14 @@
 //! # a finished sequence's computed rows, with and without another request
 //! # sharing part of its prefix in between:
 //! cargo run --release --example logprob_probe -- reuse
+//! # Issue 13's bug case (round 2's splice starts with the token the model
+//! # wrote after `</search>`): no cache vs mistral.rs's cache as it is vs
+//! # seeker's reuse (small model, F32 weights by default):
+//! cargo run --release --example logprob_probe -- splice [--gguf G] [--weights as-is]
+//! # Which rows reuse can take exactly: prefill-computed rows (Y), the
+//! # never-computed row of a cached sequence's last token (Y2), rows of
+//! # generated tokens computed by decode steps (Y3):
+//! cargo run --release --example logprob_probe -- rows [--gguf G] [--weights f32]
 //! ```
 //! Prints the top 5 `(token id, log-prob)` of each run and the largest
 //! difference against the first.
