@@ -104,11 +104,22 @@ async fn load_mode(
 
 /// Greedy text of at most `max_tokens` tokens after `prompt`.
 async fn greedy(engine: &MistralEngine, prompt: &str, max_tokens: usize) -> anyhow::Result<String> {
+    greedy_until(engine, prompt, max_tokens, Vec::new()).await
+}
+
+/// Greedy text of at most `max_tokens` tokens after `prompt`, ended by
+/// `stop` strings as the engine ends them.
+async fn greedy_until(
+    engine: &MistralEngine,
+    prompt: &str,
+    max_tokens: usize,
+    stop: Vec<String>,
+) -> anyhow::Result<String> {
     let params = GenerationParams {
         max_tokens,
         temperature: None,
         top_p: None,
-        stop: Vec::new(),
+        stop,
         session: None,
     };
     let mut generation = engine.generate(prompt, &params).await?;
@@ -143,23 +154,7 @@ async fn splice_case(
     let round1 = format!(
         "{round1}<think>\nI need to find where the Mekong starts.\n</think>\n<search> Mekong River origin"
     );
-    let params = GenerationParams {
-        max_tokens: 16,
-        temperature: None,
-        top_p: None,
-        stop: vec!["</search>".into()],
-        session: None,
-    };
-    let mut generation = engine.generate(&round1, &params).await?;
-    let mut text = String::new();
-    while let Some(event) = generation.events.recv().await {
-        match event? {
-            EngineEvent::Text { text: t, .. } => text.push_str(&t),
-            EngineEvent::Done(_) => break,
-            EngineEvent::Prompt { .. } => {}
-        }
-    }
-    drop(generation);
+    let text = greedy_until(engine, &round1, 16, vec!["</search>".into()]).await?;
     // The engine's text runs on past the stop string by the token that found
     // it (cut here, as the rollout cuts at its closing tag).
     let kept = text.split("</search>").next().unwrap_or_default();

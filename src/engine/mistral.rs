@@ -351,27 +351,6 @@ impl MistralEngine {
         }
     }
 
-    /// Hands `request` to the engine; returns the engine's request queue
-    /// (closed once the engine has stopped).
-    ///
-    /// # Errors
-    /// [`EngineError::Internal`] when the engine is gone.
-    async fn submit(
-        &self,
-        request: NormalRequest,
-    ) -> Result<tokio::sync::mpsc::Sender<Request>, EngineError> {
-        let sender = self
-            .model
-            .inner()
-            .get_sender(None)
-            .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
-        sender
-            .send(Request::Normal(Box::new(request)))
-            .await
-            .map_err(|_| EngineError::Internal("engine stopped".into()))?;
-        Ok(sender)
-    }
-
     /// The `top` most likely next tokens after `prompt` (tokenized as
     /// [`MistralEngine::tokenize`] does), as `(token id, natural-log
     /// probability)` pairs, most likely first: the log-softmax (in f64) of the
@@ -413,7 +392,7 @@ impl MistralEngine {
         let sentinel = self.sentinel(&[], 0, None, &mut request);
         processors.extend(sentinel.clone().map(|s| s as Arc<_>));
         request.logits_processors = Some(processors);
-        self.submit(request).await?;
+        submit(&self.model, request).await?;
         // Read to the end: the sequence is finished, not cancelled.
         while let Some(response) = engine_rx.recv().await {
             match response {
@@ -651,14 +630,7 @@ async fn flush(
     let mut sampling = SamplingParams::deterministic();
     sampling.max_len = Some(1);
     let (request, mut engine_rx) = completion_request(vec![FLUSH_TOKEN], sampling, 8);
-    let sender = model
-        .inner()
-        .get_sender(None)
-        .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
-    sender
-        .send(Request::Normal(Box::new(request)))
-        .await
-        .map_err(|_| EngineError::Internal("engine stopped".into()))?;
+    submit(model, request).await?;
     // Wait for the step's error (mistral.rs unwraps its send of it: the
     // receiver must live until then). Only a failed forward pass evicts.
     let mut evicted = false;
@@ -770,6 +742,26 @@ impl MistralEngine {
         }
         Some(sentinel)
     }
+}
+
+/// Hands `request` to `model`'s engine; returns the engine's request queue
+/// (closed once the engine has stopped).
+///
+/// # Errors
+/// [`EngineError::Internal`] when the engine is gone.
+async fn submit(
+    model: &mistralrs::Model,
+    request: NormalRequest,
+) -> Result<mpsc::Sender<Request>, EngineError> {
+    let sender = model
+        .inner()
+        .get_sender(None)
+        .map_err(|e| EngineError::Internal(format!("engine unavailable: {e}")))?;
+    sender
+        .send(Request::Normal(Box::new(request)))
+        .await
+        .map_err(|_| EngineError::Internal("engine stopped".into()))?;
+    Ok(sender)
 }
 
 /// A streaming completion request continuing the token `ids` (always
@@ -966,7 +958,7 @@ impl Engine for MistralEngine {
         if let Some(s) = &sentinel {
             request.logits_processors = Some(vec![Arc::clone(s) as Arc<_>]);
         }
-        let engine_sender = self.submit(request).await?;
+        let engine_sender = submit(&self.model, request).await?;
 
         let (tx, rx) = mpsc::channel(64);
         let reuse = self.reuse.clone();

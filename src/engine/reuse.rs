@@ -88,6 +88,20 @@ struct SentinelState {
     /// Bytes of the generated text, for the stop-string search.
     text: Vec<u8>,
     forced: Option<Forced>,
+    /// Bytes the last token added to `text`.
+    new_bytes: usize,
+}
+
+impl SentinelState {
+    /// Whether `needle` occurs in `text` ending within its last `new_bytes`
+    /// bytes (earlier occurrences were seen on earlier calls).
+    fn ends_a_new(&self, needle: &[u8]) -> bool {
+        let from = self
+            .text
+            .len()
+            .saturating_sub(self.new_bytes + needle.len().saturating_sub(1));
+        contains(&self.text[from..], needle)
+    }
 }
 
 /// The per-request logits processor of the module documentation.
@@ -180,6 +194,7 @@ impl Sentinel {
             }
             let piece = self.vocab.piece(last);
             state.text.extend_from_slice(piece);
+            state.new_bytes = piece.len();
         }
         if state.forced.is_some() {
             return Decision::Force(self.sentinels.stop.0);
@@ -188,7 +203,7 @@ impl Sentinel {
             state.forced = Some(Forced::Cancelled);
             return Decision::Force(self.sentinels.stop.0);
         }
-        if k > 0 && self.stop_strings.iter().any(|s| contains(&state.text, s)) {
+        if k > 0 && self.stop_strings.iter().any(|s| state.ends_a_new(s)) {
             state.forced = Some(Forced::StopString);
             return Decision::Force(self.sentinels.mark.0);
         }

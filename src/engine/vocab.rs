@@ -280,11 +280,15 @@ fn byte_of_char(c: char) -> Option<u8> {
     if code < 0x100 {
         return printable(code).then_some(code as u8);
     }
-    let n = code - 0x100;
-    (0u32..0x100)
-        .filter(|&b| !printable(b))
-        .nth(n as usize)
-        .map(|b| b as u8)
+    // The 68 others, in byte order, from U+0100.
+    static OTHERS: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let others = OTHERS.get_or_init(|| {
+        (0u32..0x100)
+            .filter(|&b| !printable(b))
+            .map(|b| b as u8)
+            .collect()
+    });
+    others.get((code - 0x100) as usize).copied()
 }
 
 /// A byte-level BPE token's bytes; a character outside the table is kept as

@@ -103,3 +103,9 @@ pub async fn post_json(
         .await
         .unwrap()
 }
+
+/// The server's `/metrics` text (Prometheus exposition format).
+pub async fn metrics_of(client: &reqwest::Client, base: &str) -> String {
+    let response = client.get(format!("{base}/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
+}

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::common::{default_data, root};
+use crate::common::{default_data, metrics_of, root};
 use crate::e2e::{shared_index, start_server_with, wait_healthy, Server};
 use crate::http::sse_data;
 
@@ -125,12 +125,6 @@ fn forced_search(stream: bool, max_tokens: u32) -> Value {
             {"role": "user", "content": "Who painted the Mona Lisa?"},
             {"role": "assistant", "content": "<think>I need to search.</think>\n<search> Mona Lisa"}]
     })
-}
-
-/// The server's `/metrics` text.
-async fn metrics_of(client: &reqwest::Client, base: &str) -> String {
-    let response = client.get(format!("{base}/metrics")).send().await.unwrap();
-    response.text().await.unwrap()
 }
 
 /// What a streamed response said: reasoning, answer, the last chunk with
