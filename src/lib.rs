@@ -23,6 +23,8 @@
 //! - [`profile`]: policy profiles (`config/policies/*.toml`): `load` (schema and
 //!   validation) and `text` (prompt, queries, splices, `defuse`). Data, not code.
 //! - [`scanner`]: the tag scanner, a pure state machine over generated text.
+//! - [`toolcall`]: tool calls in a finished turn (`<tool_call>` JSON, fenced
+//!   or bare call objects), a pure function for tool-calling profiles.
 //! - [`template`]: the `{field}` templates profiles are written in.
 //! - [`pyjson`]: Python's `json.dumps(indent=2)` byte for byte (RAG-R1's splice).
 //! - [`engine`]: the [`engine::Engine`] trait; the embedded mistral.rs engine
@@ -55,3 +57,4 @@ pub mod server;
 pub mod startup;
 pub mod tempfiles;
 pub mod template;
+pub mod toolcall;

@@ -90,6 +90,68 @@ fn write_str(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// Python's `repr()` of a `str`, as a list or dict of strings prints it
+/// (DeepResearcher's tool messages are `str(list_of_dicts)`): single quotes,
+/// or double quotes when the text holds `'` and no `"`; `\\`, the quote,
+/// `\t`, `\n`, `\r` escaped; other non-printable characters as `\xhh`,
+/// `\uhhhh` or `\Uhhhhhhhh`. Printable is approximated as: not a control
+/// character, not a line or paragraph separator, not one of the space and
+/// format characters Python treats as unprintable (U+00A0, U+00AD,
+/// U+1680, U+2000..=U+200F, U+202A..=U+202F, U+205F..=U+2064, U+3000,
+/// U+FEFF), not a surrogate or private-use character.
+pub fn py_repr(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if !printable(c) => {
+                let n = c as u32;
+                if n < 0x100 {
+                    out.push_str(&format!("\\x{n:02x}"));
+                } else if n < 0x10000 {
+                    out.push_str(&format!("\\u{n:04x}"));
+                } else {
+                    out.push_str(&format!("\\U{n:08x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// Python's `str.isprintable` for one character, approximated (see [`py_repr`]).
+fn printable(c: char) -> bool {
+    let n = c as u32;
+    !(c.is_control()
+        || matches!(
+            n,
+            0xA0 | 0xAD
+                | 0x1680
+                | 0x2000..=0x200F
+                | 0x2028..=0x202F
+                | 0x205F..=0x2064
+                | 0x3000
+                | 0xFEFF
+                | 0xE000..=0xF8FF
+                | 0xF0000..
+        ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,6 +173,20 @@ mod tests {
         assert_eq!(
             dumps_indent2(&s("é\n東🦀\u{1f}\u{7f}\\")),
             "\"\\u00e9\\n\\u6771\\ud83e\\udd80\\u001f\\u007f\\\\\""
+        );
+    }
+
+    #[test]
+    fn py_repr_matches_python() {
+        // Expected values printed by CPython 3.11's repr().
+        assert_eq!(py_repr("T1"), "'T1'");
+        assert_eq!(py_repr("it's"), "\"it's\"");
+        assert_eq!(py_repr("it's \"x\""), "'it\\'s \"x\"'");
+        assert_eq!(py_repr("a\\b\nc\td\r"), "'a\\\\b\\nc\\td\\r'");
+        assert_eq!(py_repr("é 東🦀"), "'é 東🦀'");
+        assert_eq!(
+            py_repr("\u{1}\u{7f}\u{a0}\u{200b}\u{feff}"),
+            "'\\x01\\x7f\\xa0\\u200b\\ufeff'"
         );
     }
 }

@@ -9,10 +9,18 @@
 //! string methods (`.strip()`, `.startswith()`) through minijinja-contrib's
 //! `pycompat`, `raise_exception`, `strftime_now`, and the variables
 //! `messages`, `add_generation_prompt` (always true here), `bos_token`,
-//! `eos_token`.
+//! `eos_token`, and `tools` when a tool-calling profile passes functions.
+//!
+//! `tojson` writes what Hugging Face `transformers` writes
+//! (`json.dumps(x, ensure_ascii=False, indent=…)`: `", "` and `": "`, keys in
+//! the order given, non-ASCII as is), not minijinja's compact, HTML-escaped
+//! form: Qwen2.5's template writes each tool with `tool | tojson`, and the
+//! policy was trained on Python's rendering.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use minijinja::value::{Enumerator, Kwargs, Object, ObjectRepr, Value};
 use minijinja::{context, Environment, Error, ErrorKind};
 
 use super::{ChatTurn, EngineError, Role};
@@ -62,6 +70,7 @@ impl ChatTemplate {
         env.add_function("strftime_now", |format: String| -> String {
             chrono::Utc::now().format(&format).to_string()
         });
+        env.add_filter("tojson", python_tojson);
         env.add_template_owned("chat", source)
             .map_err(|e| EngineError::Load(format!("chat template: {e}")))?;
         Ok(Self { env, bos, eos })
@@ -116,6 +125,21 @@ impl ChatTemplate {
     /// [`EngineError::Internal`] when the template fails (it raised an
     /// exception, e.g. for a role order it does not accept).
     pub fn render(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
+        self.render_with_tools(messages, &[])
+    }
+
+    /// `messages` rendered with `tools` (functions in OpenAI's shape,
+    /// `{"type": "function", "function": {…}}`) in the template's `tools`
+    /// variable, key order kept; no tools leaves `tools` undefined, as
+    /// `transformers` does.
+    ///
+    /// # Errors
+    /// As [`ChatTemplate::render`].
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
         let messages: Vec<_> = messages
             .iter()
             .map(|m| {
@@ -127,6 +151,30 @@ impl ChatTemplate {
                 context! { role => role, content => m.content }
             })
             .collect();
+        self.render_values(Value::from(messages), tools)
+    }
+
+    /// Messages given as OpenAI-shaped JSON (any role the template knows:
+    /// `tool`, assistant `tool_calls`), rendered with `tools` as
+    /// [`ChatTemplate::render_with_tools`] does. For checking that what
+    /// seeker splices is what the template itself writes.
+    ///
+    /// # Errors
+    /// As [`ChatTemplate::render`].
+    pub fn render_json(
+        &self,
+        messages: &[serde_json::Value],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
+        let messages: Vec<Value> = messages.iter().map(json_value).collect();
+        self.render_values(Value::from(messages), tools)
+    }
+
+    fn render_values(
+        &self,
+        messages: Value,
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
         let template = self.env.get_template("chat").expect("compiled in new");
         template
             .render(context! {
@@ -134,9 +182,139 @@ impl ChatTemplate {
                 add_generation_prompt => true,
                 bos_token => self.bos,
                 eos_token => self.eos,
+                tools => (!tools.is_empty())
+                    .then(|| json_value(&serde_json::Value::Array(tools.to_vec()))),
             })
             .map_err(|e| EngineError::Internal(format!("chat template: {e}")))
     }
+}
+
+/// A JSON array or object seen by the template in its own key order
+/// (minijinja's maps sort their keys).
+#[derive(Debug)]
+struct OrderedJson(serde_json::Value);
+
+impl Object for OrderedJson {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        match self.0 {
+            serde_json::Value::Array(_) => ObjectRepr::Seq,
+            _ => ObjectRepr::Map,
+        }
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        match &self.0 {
+            serde_json::Value::Array(items) => items.get(key.as_usize()?).map(json_value),
+            serde_json::Value::Object(map) => map.get(key.as_str()?).map(json_value),
+            _ => None,
+        }
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        match &self.0 {
+            serde_json::Value::Array(items) => Enumerator::Seq(items.len()),
+            serde_json::Value::Object(map) => {
+                Enumerator::Values(map.keys().map(|k| Value::from(k.as_str())).collect())
+            }
+            _ => Enumerator::Empty,
+        }
+    }
+}
+
+/// A JSON value for the template: arrays and objects as [`OrderedJson`].
+fn json_value(value: &serde_json::Value) -> Value {
+    match value {
+        serde_json::Value::Array(_) | serde_json::Value::Object(_) => {
+            Value::from_object(OrderedJson(value.clone()))
+        }
+        other => Value::from_serialize(other),
+    }
+}
+
+/// `tojson` as `transformers` defines it for chat templates:
+/// `json.dumps(value, ensure_ascii=False, indent=indent)`.
+fn python_tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    // The other keywords transformers accepts; their defaults are what is written.
+    for key in ["ensure_ascii", "separators", "sort_keys"] {
+        let _: Option<Value> = kwargs.get(key)?;
+    }
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let mut out = String::new();
+    write_python_json(&json, indent, 0, &mut out);
+    Ok(Value::from_safe_string(out))
+}
+
+/// Python's `json.dumps` layout with `ensure_ascii=False`.
+fn write_python_json(
+    value: &serde_json::Value,
+    indent: Option<usize>,
+    depth: usize,
+    out: &mut String,
+) {
+    let newline = |depth: usize, out: &mut String| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match value {
+        serde_json::Value::Array(items) if items.is_empty() => out.push_str("[]"),
+        serde_json::Value::Object(map) if map.is_empty() => out.push_str("{}"),
+        serde_json::Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(depth + 1, out);
+                write_python_json(item, indent, depth + 1, out);
+            }
+            newline(depth, out);
+            out.push(']');
+        }
+        serde_json::Value::Object(map) => {
+            out.push('{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(depth + 1, out);
+                write_python_str(key, out);
+                out.push_str(": ");
+                write_python_json(item, indent, depth + 1, out);
+            }
+            newline(depth, out);
+            out.push('}');
+        }
+        serde_json::Value::String(s) => write_python_str(s, out),
+        serde_json::Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        serde_json::Value::Null => out.push_str("null"),
+        serde_json::Value::Number(n) => out.push_str(&n.to_string()),
+    }
+}
+
+/// A string as `json.dumps(ensure_ascii=False)` writes it: only `"`, `\`
+/// and control characters escaped.
+fn write_python_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// The control tokens of a Hugging Face `tokenizer_config.json`: the

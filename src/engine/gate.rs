@@ -170,6 +170,14 @@ impl<E: Engine> Engine for Gated<E> {
         self.inner.render_chat(messages).await
     }
 
+    async fn render_chat_with_tools(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
+        self.inner.render_chat_with_tools(messages, tools).await
+    }
+
     /// Not gated: tokenizing is no generation.
     async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
         self.inner.count_tokens(text).await

@@ -55,6 +55,7 @@ use std::sync::{Mutex, OnceLock};
 
 use tokio::sync::mpsc;
 
+use super::chat_template::ChatTemplate;
 use super::prepare::{ensure_prepared, WeightFormat};
 use super::reuse::{capacity_rows, Forced, PrefixTracker, Sentinel, Sentinels};
 use super::vocab::Vocab;
@@ -160,6 +161,9 @@ pub struct MistralEngine {
     max_seq_len: Option<usize>,
     /// The GGUF tokenizer's control tokens ([`super::prepare::special_tokens`]).
     special_tokens: Vec<String>,
+    /// The GGUF's chat template rendered by seeker, for prompts with tools;
+    /// `None` when the GGUF has none that compiles.
+    template: Option<Arc<ChatTemplate>>,
     /// `None`: no prefix cache, or mistral.rs's own (naive).
     reuse: Option<Arc<Reuse>>,
 }
@@ -205,8 +209,14 @@ impl MistralEngine {
         // The tokenizer's control tokens, read from the GGUF with the model
         // (file reads stay off the async runtime).
         let tokens_from = config.gguf.clone();
-        let (pipeline, special_tokens) = tokio::task::spawn_blocking(move || {
+        let (pipeline, (special_tokens, template)) = tokio::task::spawn_blocking(move || {
             let special_tokens = super::prepare::special_tokens(&tokens_from)?;
+            // seeker's own rendering of the same template, for prompts with
+            // tools (mistral.rs's tojson is minijinja's, not Python's).
+            let template = ChatTemplate::from_gguf(&tokens_from)
+                .map_err(|e| tracing::warn!("tools cannot be rendered: {e}"))
+                .ok()
+                .map(Arc::new);
             let loader = GGUFLoaderBuilder::new(
                 None,
                 None,
@@ -228,7 +238,7 @@ impl MistralEngine {
                     None,
                     None,
                 )
-                .map(|pipeline| (pipeline, special_tokens))
+                .map(|pipeline| (pipeline, (special_tokens, template)))
         })
         .await
         .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?
@@ -258,6 +268,7 @@ impl MistralEngine {
             model: Arc::new(model),
             max_seq_len,
             special_tokens,
+            template,
             reuse,
         };
         if let Some(reuse) = &engine.reuse {
@@ -885,6 +896,23 @@ fn best_device() -> Result<Device, EngineError> {
 impl Engine for MistralEngine {
     fn special_tokens(&self) -> &[String] {
         &self.special_tokens
+    }
+
+    async fn render_chat_with_tools(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
+        if tools.is_empty() {
+            return self.render_chat(messages).await;
+        }
+        match &self.template {
+            Some(template) => template.render_with_tools(messages, tools),
+            None => Err(EngineError::Internal(
+                "the model's chat template could not be compiled, so tools cannot be rendered"
+                    .into(),
+            )),
+        }
     }
 
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {

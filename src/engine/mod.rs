@@ -141,6 +141,29 @@ pub trait Engine: Send + Sync {
     /// [`EngineError::Internal`] when the template fails.
     async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError>;
 
+    /// [`Engine::render_chat`] with `tools` (functions in OpenAI's shape) in
+    /// the template's `tools` variable, as `transformers`'
+    /// `apply_chat_template(messages, tools=…)` renders them
+    /// ([`chat_template::ChatTemplate::render_with_tools`]). Default: without
+    /// tools, `render_chat`; with tools, an error (the engine has no template
+    /// of its own to render them with).
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when the template fails or the engine cannot
+    /// render tools.
+    async fn render_chat_with_tools(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
+        if tools.is_empty() {
+            return self.render_chat(messages).await;
+        }
+        Err(EngineError::Internal(
+            "this engine cannot render tools through a chat template".into(),
+        ))
+    }
+
     /// How many tokens `text` is as a prompt (raw text, special tokens written
     /// out, no BOS added): what [`Generation::prompt_tokens`] would report.
     /// Used where no generation runs (usage of an answer the client already

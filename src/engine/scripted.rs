@@ -111,6 +111,24 @@ impl Engine for ScriptedEngine {
         Ok(out)
     }
 
+    /// ChatML as [`Engine::render_chat`], with a system turn holding the
+    /// tools' JSON, one per line, first.
+    async fn render_chat_with_tools(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
+        let rendered = self.render_chat(messages).await?;
+        if tools.is_empty() {
+            return Ok(rendered);
+        }
+        let lines: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+        Ok(format!(
+            "<|im_start|>system\n<tools>\n{}\n</tools><|im_end|>\n{rendered}",
+            lines.join("\n")
+        ))
+    }
+
     /// Whitespace-separated words: the scripted engine's stand-in for tokens.
     async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
         Ok(text.split_whitespace().count())

@@ -8,17 +8,29 @@ use serde::Deserialize;
 
 use super::{
     AnswerFallback, Profile, ProfileError, PromptFormat, QuestionSearch, RoundCap, SpliceFormat,
+    ToolRender, Tools,
 };
 use crate::template::Template;
 
-/// Fields a prompt template may use.
-const PROMPT_FIELDS: &[&str] = &["question"];
+/// Fields a prompt template may use: `date` is today's date (UTC) as
+/// `YYYY-MM-DD` (Tongyi DeepResearch and DeepResearcher date their prompts).
+const PROMPT_FIELDS: &[&str] = &["question", "date"];
 /// Fields the document block template may use.
 const BLOCK_FIELDS: &[&str] = &["docs"];
-/// Fields a per-document template may use: `i` is the 1-based rank.
-const DOCUMENT_FIELDS: &[&str] = &["i", "id", "title", "text", "url"];
+/// Fields a per-document template may use: `i` is the 1-based rank; the
+/// `_py` forms are Python's `repr()` of the string (quotes included), for
+/// policies whose tool results are printed Python lists (DeepResearcher).
+const DOCUMENT_FIELDS: &[&str] = &[
+    "i", "id", "title", "text", "url", "title_py", "text_py", "url_py",
+];
 /// Fields of the failed-search text.
 const FAILED_FIELDS: &[&str] = &["reason"];
+/// Fields of one tool call's response.
+const RESPONSE_FIELDS: &[&str] = &["result", "call", "name"];
+/// Fields of one query's part of a search call's result.
+const QUERY_BLOCK_FIELDS: &[&str] = &["query", "docs", "n", "query_py"];
+/// Fields of a failed tool call's result.
+const ERROR_FIELDS: &[&str] = &["error"];
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -32,6 +44,37 @@ struct ProfileFile {
     query: QuerySpec,
     splice: SpliceSpec,
     rollout: RolloutSpec,
+    #[serde(default)]
+    tools: Option<ToolsSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsSpec {
+    render: ToolRender,
+    search: String,
+    query_argument: String,
+    #[serde(default)]
+    visit: String,
+    #[serde(default)]
+    unavailable: String,
+    #[serde(default)]
+    calls_per_turn: usize,
+    response: String,
+    response_separator: String,
+    query_block: String,
+    query_separator: String,
+    error: String,
+    function: Vec<FunctionSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FunctionSpec {
+    name: String,
+    description: String,
+    /// JSON Schema as JSON text, so its key order is kept as written.
+    parameters: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -202,6 +245,67 @@ impl Profile {
                 .map(|s| template(key, s, PROMPT_FIELDS))
                 .transpose()
         };
+        // The tool-response template's tags are control tags too.
+        let response_src = raw
+            .tools
+            .as_ref()
+            .map(|t| t.response.clone())
+            .unwrap_or_default();
+        let tools = raw
+            .tools
+            .map(|t| -> Result<Tools, ProfileError> {
+                if t.function.is_empty() {
+                    return Err(invalid("tools.function", "needs at least one function"));
+                }
+                let mut functions = Vec::with_capacity(t.function.len());
+                for f in &t.function {
+                    let parameters: serde_json::Value = serde_json::from_str(&f.parameters)
+                        .map_err(|e| {
+                            invalid(
+                                "tools.function.parameters",
+                                &format!("function {:?}: not JSON: {e}", f.name),
+                            )
+                        })?;
+                    if !parameters.is_object() {
+                        return Err(invalid(
+                            "tools.function.parameters",
+                            &format!("function {:?}: must be a JSON Schema object", f.name),
+                        ));
+                    }
+                    functions.push(serde_json::json!({
+                        "type": "function",
+                        "function": {
+                            "name": f.name,
+                            "description": f.description,
+                            "parameters": parameters,
+                        }
+                    }));
+                }
+                if !t.function.iter().any(|f| f.name == t.search) {
+                    return Err(invalid(
+                        "tools.search",
+                        &format!("names no function in tools.function: {:?}", t.search),
+                    ));
+                }
+                if t.query_argument.trim().is_empty() {
+                    return Err(invalid("tools.query_argument", "must not be empty"));
+                }
+                Ok(Tools {
+                    render: t.render,
+                    functions,
+                    search: t.search,
+                    query_argument: t.query_argument,
+                    visit: t.visit,
+                    unavailable: t.unavailable,
+                    calls_per_turn: t.calls_per_turn,
+                    response: template("tools.response", &t.response, RESPONSE_FIELDS)?,
+                    response_separator: t.response_separator,
+                    query_block: template("tools.query_block", &t.query_block, QUERY_BLOCK_FIELDS)?,
+                    query_separator: t.query_separator,
+                    error: template("tools.error", &t.error, ERROR_FIELDS)?,
+                })
+            })
+            .transpose()?;
         let mut control_tags: Vec<String> = [
             &raw.tags.query_open,
             &raw.tags.query_close,
@@ -215,6 +319,7 @@ impl Profile {
         .chain(
             BLOCK_TAG
                 .find_iter(&raw.splice.block)
+                .chain(BLOCK_TAG.find_iter(&response_src))
                 .map(|m| m.as_str().to_string()),
         )
         // Only a tag with an angle bracket can be defused (see `neutralise`).
@@ -260,6 +365,7 @@ impl Profile {
             on_round_cap: raw.rollout.on_round_cap,
             search_question_first: raw.rollout.search_question_first,
             answer_fallback: raw.rollout.answer_fallback,
+            tools,
         })
     }
 
@@ -345,6 +451,11 @@ mod tests {
             "r1-searcher",
             "r1-searcher-instruct",
             "r1-searcher-plus",
+            "zerosearch",
+            "research",
+            "r-search",
+            "stepsearch",
+            "parallelsearch",
         ] {
             assert!(profiles.contains_key(name), "{name} missing");
         }

@@ -16,6 +16,7 @@
 
 mod load;
 mod text;
+mod tools;
 
 use std::path::PathBuf;
 
@@ -25,6 +26,8 @@ use crate::engine::ChatTurn;
 use crate::search::Document;
 use crate::template::{Template, TemplateError};
 pub use text::defuse;
+pub(crate) use text::last_boxed;
+pub use tools::{CallPlan, ToolResult};
 
 /// How the prompt reaches the model.
 #[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
@@ -66,6 +69,9 @@ pub enum AnswerFallback {
     /// The text generated after the last splice, outside search calls,
     /// stripped: for untrained instruct models that answer in plain text.
     AfterLastSplice,
+    /// The content of the last `\boxed{…}` in the text generated after the
+    /// last splice, stripped (ReCall); without one, as `after_last_splice`.
+    LastBoxed,
 }
 
 /// How a round's documents are written into the block.
@@ -89,6 +95,59 @@ pub enum RoundCap {
     FinalRound,
     /// No further round: the rollout ends at the cap.
     Stop,
+}
+
+/// Where a tool-calling profile's functions are described to the model.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolRender {
+    /// As `tools` in the model's own chat template (Qwen2.5's writes them
+    /// into its system turn, as `transformers`' `apply_chat_template(tools=…)`
+    /// does; DeepResearcher, generic instruct models).
+    Template,
+    /// The profile's prompt text describes them itself (ReCall, WebSailor,
+    /// Tongyi DeepResearch write their own system prompt).
+    Prompt,
+}
+
+/// The tools of a tool-calling profile (`[tools]`): the model calls them in
+/// `<tool_call>` JSON (or a fenced or bare JSON object, see
+/// [`crate::toolcall`]), one or several per turn; the round ends with the
+/// turn, and every call's result is spliced as the policy's tool-response turn.
+#[derive(Clone, Debug)]
+pub struct Tools {
+    /// Where the functions are described.
+    pub render: ToolRender,
+    /// The functions in OpenAI's shape, key order as written:
+    /// `{"type": "function", "function": {"name", "description", "parameters"}}`.
+    pub functions: Vec<serde_json::Value>,
+    /// The function that searches.
+    pub search: String,
+    /// Its argument holding the query: a string or an array of strings.
+    pub query_argument: String,
+    /// A page-reading function answered with `unavailable` (seeker cannot
+    /// read pages yet); empty if none.
+    pub visit: String,
+    /// The text answered to a call of `visit`.
+    pub unavailable: String,
+    /// Calls run per turn, the first ones; 0 for all (Tongyi DeepResearch and
+    /// DeepResearcher run only the first, ReCall all). Calls past it get no
+    /// response.
+    pub calls_per_turn: usize,
+    /// One call's response (`{result}`, `{call}`: the call's JSON as written,
+    /// `{name}`): Qwen2.5's `<tool_response>\n{result}\n</tool_response>`.
+    pub(super) response: Template,
+    /// Between two calls' responses of one turn.
+    pub response_separator: String,
+    /// One query's part of a search call's result (`{query}`, `{docs}`: the
+    /// documents as `splice.document` renders them, `{n}`: how many,
+    /// `{query_py}`: the query as Python's `repr()`).
+    pub(super) query_block: Template,
+    /// Between the parts of a call that searched several queries.
+    pub query_separator: String,
+    /// A call that cannot run (`{error}`: bad JSON, unknown function, a
+    /// missing or mistyped argument).
+    pub(super) error: Template,
 }
 
 /// A profile could not be loaded.
@@ -214,6 +273,9 @@ pub struct Profile {
     /// token, and where: for models that never learned the search tags.
     pub search_question_first: QuestionSearch,
     pub answer_fallback: AnswerFallback,
+    /// The functions the policy calls, for tool-calling profiles; `None` for
+    /// text-tag profiles.
+    pub tools: Option<Tools>,
     /// Tags a document must not carry verbatim: query, answer and document
     /// tags, stop strings, and every `<...>` tag in `splice.block` (those with
     /// an angle bracket).

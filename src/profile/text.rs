@@ -5,7 +5,7 @@
 
 use super::{CleanedQueries, Profile, PromptFormat, PromptText, QueryOutcome, SpliceFormat};
 use crate::engine::{ChatTurn, Role};
-use crate::pyjson::{dumps_indent2, PyValue};
+use crate::pyjson::{dumps_indent2, py_repr, PyValue};
 use crate::scanner::TagSet;
 
 impl Profile {
@@ -26,7 +26,7 @@ impl Profile {
         self.prompt_user
             .as_ref()
             .or(self.prompt_raw.as_ref())
-            .map(|t| t.render(&[("question", &q)]))
+            .map(|t| t.render(&[("question", &q), ("date", &today())]))
             .unwrap_or_default()
     }
 
@@ -53,7 +53,10 @@ impl Profile {
                 if let Some(system) = &self.prompt_system {
                     turns.push(ChatTurn {
                         role: Role::System,
-                        content: system.render(&[("question", &self.normalize_question(question))]),
+                        content: system.render(&[
+                            ("question", &self.normalize_question(question)),
+                            ("date", &today()),
+                        ]),
                     });
                 }
                 for (i, turn) in history[..=question_at].iter().enumerate() {
@@ -75,11 +78,28 @@ impl Profile {
         }
     }
 
+    /// The functions to pass to the chat template as `tools`: those of a
+    /// tool-calling profile whose `tools.render` is `template`; none otherwise.
+    pub fn template_tools(&self) -> &[serde_json::Value] {
+        match &self.tools {
+            Some(tools) if tools.render == super::ToolRender::Template => &tools.functions,
+            _ => &[],
+        }
+    }
+
     /// The tags the scanner watches for.
+    /// A tool-calling profile's scanner leaves the call tags out: its round
+    /// ends with the turn, and the turn's calls are read as a whole
+    /// ([`crate::toolcall::parse_turn`]).
     pub fn tag_set(&self) -> TagSet {
+        let (open, close) = if self.tools.is_some() {
+            ("", "")
+        } else {
+            (self.query_open.as_str(), self.query_close.as_str())
+        };
         TagSet::new(
-            &self.query_open,
-            &self.query_close,
+            open,
+            close,
             &self.answer_open,
             &self.answer_close,
             &self.documents_open,
@@ -89,8 +109,13 @@ impl Profile {
     /// Strings at which the engine should stop: the closing tags and the
     /// profile's extra stops (the scanner still cuts exactly, since the engine
     /// stops one token late).
+    /// A tool-calling profile does not stop at the call's closing tag: a
+    /// turn may hold several calls.
     pub fn stop_strings(&self) -> Vec<String> {
-        let mut stops = vec![self.query_close.clone(), self.answer_close.clone()];
+        let mut stops = vec![self.answer_close.clone()];
+        if self.tools.is_none() {
+            stops.insert(0, self.query_close.clone());
+        }
         stops.extend(self.stop.iter().cloned());
         stops
     }
@@ -154,7 +179,7 @@ impl Profile {
     /// `no_documents` when there are none; the `failed` text on failure.
     /// Document text is defused twice over: this profile's control tags, then
     /// `also` (the tokenizer's control tokens).
-    fn docs_text(&self, outcome: QueryOutcome<'_>, also: &[String]) -> String {
+    pub(super) fn docs_text(&self, outcome: QueryOutcome<'_>, also: &[String]) -> String {
         let clean = |text: &str| defuse(&self.neutralise(text), also).into_owned();
         let docs = match outcome {
             QueryOutcome::Failed(reason) => {
@@ -176,6 +201,9 @@ impl Profile {
                     "title" => out.push_str(&clean(&doc.title)),
                     "text" => out.push_str(&clean(&doc.text)),
                     "url" => out.push_str(doc.url.as_deref().unwrap_or("")),
+                    "title_py" => out.push_str(&py_repr(&clean(&doc.title))),
+                    "text_py" => out.push_str(&py_repr(&clean(&doc.text))),
+                    "url_py" => out.push_str(&py_repr(doc.url.as_deref().unwrap_or(""))),
                     _ => {}
                 });
         }
@@ -239,6 +267,32 @@ impl Profile {
         let body = kept.strip_suffix(closing_tag).unwrap_or(kept);
         format!("{}{closing_tag}", body.trim())
     }
+}
+
+/// Today's date (UTC) as `YYYY-MM-DD`, for prompts that state it.
+fn today() -> String {
+    chrono::Utc::now().format("%Y-%m-%d").to_string()
+}
+
+/// The content of the last `\boxed{…}` in `text` (braces inside balanced),
+/// as ReCall and the math-style policies write their answer; `None` when
+/// there is none or it never closes.
+pub(crate) fn last_boxed(text: &str) -> Option<&str> {
+    let start = text.rfind("\\boxed{")? + "\\boxed{".len();
+    let mut depth = 1usize;
+    for (i, c) in text[start..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&text[start..start + i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// `text` with each occurrence of each of `strings` (ASCII case-insensitive)

@@ -40,11 +40,13 @@ use crate::engine::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, GenerationParams, Role,
 };
 use crate::profile::{
-    defuse, AnswerFallback, Profile, PromptText, QueryOutcome, QuestionSearch, RoundCap,
+    defuse, AnswerFallback, CallPlan, Profile, PromptText, QueryOutcome, QuestionSearch, RoundCap,
+    ToolResult,
 };
 use crate::scanner::{Region, RoundEnd, ScanEvent, TagScanner};
 use crate::search::dispatch::{Dispatcher, QueryResult};
 use crate::search::Document;
+use crate::toolcall::{parse_turn, ToolCall};
 use answer::{AnswerStripper, StopFilter};
 
 /// What a rollout needs: the engine, the search dispatcher and the policy profile.
@@ -159,6 +161,16 @@ pub struct QueryRecord {
     /// Answered from a cache: this request's (the same query earlier in the
     /// rollout) or the server's shared one (another request searched it).
     pub cached: bool,
+}
+
+impl QueryRecord {
+    /// The outcome as a splice renders it.
+    fn outcome(&self) -> QueryOutcome<'_> {
+        match &self.error {
+            Some(e) => QueryOutcome::Failed(e),
+            None => QueryOutcome::Documents(&self.documents),
+        }
+    }
 }
 
 /// How a round ended.
@@ -401,7 +413,12 @@ impl<'a> Rollout<'a> {
             }
         }
         let mut prompt = match profile.prompt(messages, question_at, documents_first.as_deref()) {
-            PromptText::Chat(turns) => self.ctx.engine.render_chat(&turns).await?,
+            PromptText::Chat(turns) => {
+                self.ctx
+                    .engine
+                    .render_chat_with_tools(&turns, profile.template_tools())
+                    .await?
+            }
             PromptText::Raw(text) => text,
         };
         if documents_first.is_some() {
@@ -435,8 +452,18 @@ impl<'a> Rollout<'a> {
             if let Some(text) = continuation.take() {
                 scanner.push(&text, &mut scanned);
                 end = self.on_scan_events(&mut scanned).await?;
+                // A tool-calling turn that ends with a closed call has ended:
+                // its calls run before any token is generated.
+                if end.is_none()
+                    && profile.tools.is_some()
+                    && text.trim_end().ends_with(profile.query_close.as_str())
+                {
+                    scanner.finish(&mut scanned);
+                    end = self.on_scan_events(&mut scanned).await?;
+                    engine_finish = Some(EngineFinish::Stop);
+                }
             }
-            if end.is_none() && !self.stop.stopped {
+            if end.is_none() && engine_finish.is_none() && !self.stop.stopped {
                 let remaining = self
                     .request
                     .max_tokens
@@ -585,6 +612,22 @@ impl<'a> Rollout<'a> {
             self.record(number, RoundOutcome::Answer, tokens);
             return Ok(Some(FinishReason::Stop));
         }
+        // A tool-calling policy's turn ended (end of sequence, or it started
+        // writing the tool response itself): its calls, if any, are the action.
+        let turn_ended = match &end {
+            None => engine_finish != Some(EngineFinish::Length),
+            Some(RoundEnd::DocumentsOpened) => true,
+            Some(_) => false,
+        };
+        if profile.tools.is_some() && turn_ended && !self.answer.started {
+            let mut calls = parse_turn(kept, &profile.query_open, &profile.query_close);
+            if let Some(tools) = profile.tools.as_ref().filter(|t| t.calls_per_turn > 0) {
+                calls.truncate(tools.calls_per_turn);
+            }
+            if !calls.is_empty() {
+                return self.tool_round(number, kept, &calls, tokens).await;
+            }
+        }
         match end {
             Some(RoundEnd::Query(raw)) if !self.answer.started => {
                 self.transcript
@@ -647,6 +690,75 @@ impl<'a> Rollout<'a> {
         }
     }
 
+    /// A turn of tool calls: every search call's queries are searched at once
+    /// (with the request's cache), the other calls get the profile's error or
+    /// `unavailable` text, and the tool-response turn is spliced after the
+    /// turn, which stays in the transcript as the model wrote it.
+    async fn tool_round(
+        &mut self,
+        number: usize,
+        kept: &str,
+        calls: &[ToolCall],
+        tokens: usize,
+    ) -> Result<Option<FinishReason>, RolloutError> {
+        let profile = Arc::clone(&self.ctx.profile);
+        // Tongyi DeepResearch keeps the turn stripped (`content.strip()`).
+        self.transcript.push_str(if profile.strip_round {
+            kept.trim()
+        } else {
+            kept
+        });
+        if self.calls >= profile.max_searches {
+            // The round cap: the final round's calls are not run, and a call
+            // is no answer.
+            self.since_splice.clear();
+            self.record(number, RoundOutcome::Search, tokens);
+            return Ok(Some(FinishReason::Length));
+        }
+        self.calls += 1;
+        let plans: Vec<CallPlan> = calls.iter().map(|c| profile.plan_call(c)).collect();
+        let (mut queries, mut notes) = (Vec::new(), Vec::new());
+        for plan in &plans {
+            if let CallPlan::Search(cleaned) = plan {
+                queries.extend(cleaned.queries.iter().cloned());
+                notes.extend(cleaned.notes.iter().cloned());
+            }
+        }
+        let records = if queries.is_empty() {
+            self.record(number, RoundOutcome::NoQuery, tokens);
+            Vec::new()
+        } else {
+            let records = self.run_queries(number, queries, notes).await?;
+            self.searches += 1;
+            if let Some(last) = self.rounds.last_mut() {
+                last.tokens_generated = tokens;
+            }
+            records
+        };
+        // Each search call's records, in call order.
+        let mut records = records.iter();
+        let results: Vec<ToolResult<'_>> = plans
+            .iter()
+            .map(|plan| match plan {
+                CallPlan::Search(cleaned) => ToolResult::Search(
+                    records
+                        .by_ref()
+                        .take(cleaned.queries.len())
+                        .map(|r| (r.query.as_str(), r.outcome()))
+                        .collect(),
+                ),
+                CallPlan::Reply(text) => ToolResult::Reply(text),
+            })
+            .collect();
+        let refs: Vec<&ToolCall> = calls.iter().collect();
+        let splice = profile.render_tool_splice(&refs, &results, self.ctx.engine.special_tokens());
+        self.splice(splice).await?;
+        if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
+            return Ok(Some(FinishReason::Length));
+        }
+        Ok(None)
+    }
+
     /// Whether a prompt over the context `limit` (in tokens) is so because of
     /// spliced documents rather than the client's conversation: after a round
     /// generated tokens (its search results came next), or when the
@@ -659,7 +771,12 @@ impl<'a> Rollout<'a> {
             return Ok(false);
         };
         let mut text = match bare {
-            PromptText::Chat(turns) => self.ctx.engine.render_chat(turns).await?,
+            PromptText::Chat(turns) => {
+                self.ctx
+                    .engine
+                    .render_chat_with_tools(turns, self.ctx.profile.template_tools())
+                    .await?
+            }
             PromptText::Raw(text) => text.clone(),
         };
         text.push_str(&self.ctx.profile.assistant_prefix);
@@ -739,15 +856,37 @@ impl<'a> Rollout<'a> {
         Ok(None)
     }
 
-    /// Searches `queries` at once (repeats of this request come from its
-    /// cache), reports the call and each query's documents, records the round,
-    /// and returns the text to splice.
+    /// Searches `queries` at once ([`Rollout::run_queries`]) and returns the
+    /// text to splice in the profile's format.
     async fn search(
         &mut self,
         round: usize,
         queries: Vec<String>,
         notes: Vec<String>,
     ) -> Result<String, RolloutError> {
+        let records = self.run_queries(round, queries, notes).await?;
+        let outcomes: Vec<(&str, QueryOutcome<'_>)> = records
+            .iter()
+            .map(|r| (r.query.as_str(), r.outcome()))
+            .collect();
+        // What enters the context carries no control token of the model's
+        // tokenizer (a web page could otherwise forge chat turns); the
+        // events and citations keep the documents as the backend gave them.
+        Ok(self
+            .ctx
+            .profile
+            .render_splice_defusing(&outcomes, self.ctx.engine.special_tokens()))
+    }
+
+    /// Searches `queries` at once (repeats of this request come from its
+    /// cache), reports the call and each query's documents, records the round
+    /// and its documents, and returns one record per query, in order.
+    async fn run_queries(
+        &mut self,
+        round: usize,
+        queries: Vec<String>,
+        notes: Vec<String>,
+    ) -> Result<Vec<QueryRecord>, RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
         self.emit(RolloutEvent::Search {
             round,
@@ -805,20 +944,6 @@ impl<'a> Rollout<'a> {
             self.emit(RolloutEvent::Results(record.clone())).await?;
             records.push(record);
         }
-        let outcomes: Vec<(&str, QueryOutcome<'_>)> = records
-            .iter()
-            .map(|r| {
-                let outcome = match &r.error {
-                    Some(e) => QueryOutcome::Failed(e),
-                    None => QueryOutcome::Documents(&r.documents),
-                };
-                (r.query.as_str(), outcome)
-            })
-            .collect();
-        // What enters the context carries no control token of the model's
-        // tokenizer (a web page could otherwise forge chat turns); the
-        // events and citations keep the documents as the backend gave them.
-        let splice = profile.render_splice_defusing(&outcomes, self.ctx.engine.special_tokens());
         for r in &records {
             self.documents.extend(r.documents.iter().cloned());
         }
@@ -827,7 +952,7 @@ impl<'a> Rollout<'a> {
             outcome: RoundOutcome::Search,
             queries,
             notes,
-            results: records,
+            results: records.clone(),
             tokens_generated: 0,
             prompt_tokens_cached: if round > 0 {
                 self.round_cached.take()
@@ -835,7 +960,7 @@ impl<'a> Rollout<'a> {
                 None
             },
         });
-        Ok(splice)
+        Ok(records)
     }
 
     /// Appends `splice` to the transcript and shows it in the trace.
@@ -847,8 +972,17 @@ impl<'a> Rollout<'a> {
 
     async fn finish(mut self, finish_reason: FinishReason) -> Result<RolloutOutcome, RolloutError> {
         if !(self.answer.started || self.answer_open) {
-            if let AnswerFallback::AfterLastSplice = self.ctx.profile.answer_fallback {
-                let text = self.since_splice.trim().to_string();
+            let after = self.since_splice.trim();
+            let text = match self.ctx.profile.answer_fallback {
+                AnswerFallback::None => None,
+                AnswerFallback::AfterLastSplice => Some(after.to_string()),
+                AnswerFallback::LastBoxed => Some(
+                    crate::profile::last_boxed(after)
+                        .map_or(after, str::trim)
+                        .to_string(),
+                ),
+            };
+            if let Some(text) = text {
                 self.emit_answer(&text).await?;
             }
         }

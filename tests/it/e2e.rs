@@ -325,7 +325,15 @@ async fn every_profile_continues_a_search_call_with_the_real_model(
         } else {
             format!("Mona Lisa painter{} Leonardo da Vinci", p.query_separator)
         };
-        let call = format!("{} {query} {}", p.query_open, p.query_close);
+        let call = if p.tools.is_some() {
+            let query = serde_json::to_string(&query).unwrap();
+            format!(
+                "{}\n{{\"name\": \"search\", \"arguments\": {{\"query\": {query}}}}}\n{}",
+                p.query_open, p.query_close
+            )
+        } else {
+            format!("{} {query} {}", p.query_open, p.query_close)
+        };
         let v: Value = post_json(
             client,
             &format!("{base}/v1/chat/completions"),

@@ -4,6 +4,8 @@
 //!   transcripts, one test per failure kind of search-loop implementations.
 //! - `splice`: every profile's splices against golden files written by the
 //!   policies' reference code (`tests/fixtures/splices/make_fixtures.py`).
+//! - `tools`: tool-calling profiles through the loop: every call form, splits
+//!   at every byte, calls and query arrays searched at once, malformed calls.
 //! - `backends`: the dispatcher and every search backend (tantivy index, web
 //!   APIs against fake servers, a real searx, the retriever protocol).
 //! - `http`: the API surface through the router, no model needed.
@@ -38,3 +40,4 @@ mod reuse;
 mod rollout;
 mod splice;
 mod startup;
+mod tools;

@@ -109,6 +109,29 @@ fn two_round_script(p: &Profile) -> Vec<Vec<String>> {
             p.query_separator
         )
     };
+    if let Some(tools) = &p.tools {
+        // A tool call split across pieces, then a tool response the model
+        // starts writing itself (its turn ends there).
+        let call = format!(
+            "call>\n{{\"name\": \"{}\", \"arguments\": {{\"{}\": \"Mona Lisa painter\"}}}}\n</tool_",
+            tools.search, tools.query_argument
+        );
+        let round1 = vec![
+            "<think>I need the painter.</think>\n".to_string(),
+            "<tool_".to_string(),
+            call,
+            "call>".to_string(),
+            "<tool_response>made up".to_string(),
+        ];
+        let round2 = vec![
+            "<think>It is Leonardo.</think>\n".to_string(),
+            ao[..1].to_string(),
+            format!("{} Leonardo da", &ao[1..]),
+            format!(" Vinci {}", &ac[..2]),
+            format!("{} trailing", &ac[2..]),
+        ];
+        return vec![round1, round2];
+    }
     let round1 = vec![
         "<think>I need the painter.</think>\n".to_string(),
         qo[..2].to_string(),
@@ -160,12 +183,16 @@ async fn golden_two_round_transcript_of_every_profile() {
             })
             .collect();
         assert_eq!(streamed, outcome.answer, "{name}");
+        // Dated prompts (Tongyi DeepResearch, DeepResearcher) are golden
+        // whatever the day.
+        let today = chrono::Utc::now().format("%Y-%m-%d").to_string();
         insta::assert_snapshot!(
             format!("golden_{name}"),
             format!(
                 "{}{}\n--- answer: {}",
                 outcome.prompt, outcome.transcript, outcome.answer
             )
+            .replace(&today, "{date}")
         );
     }
 }
@@ -413,4 +440,307 @@ async fn a_round_that_reaches_the_per_round_cap_ends_the_rollout() {
     let outcome = result.unwrap();
     assert_eq!(outcome.finish_reason, FinishReason::Length);
     assert_eq!(outcome.usage.completion_tokens, 3);
+}
+
+/// The scripted engine's ChatML for one user message, with the generation prompt.
+fn chatml_user(content: &str) -> String {
+    format!("<|im_start|>user\n{content}<|im_end|>\n<|im_start|>assistant\n")
+}
+
+/// The scripted engine's ChatML for a system and a user message, with the generation prompt.
+fn chatml_system_user(system: &str, user: &str) -> String {
+    format!(
+        "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n\
+         <|im_start|>assistant\n"
+    )
+}
+
+#[tokio::test]
+async fn zerosearch_golden_prompt_doc_lines_no_query_text_and_answer() {
+    let p = profile("zerosearch");
+    assert_eq!(
+        p.stop_strings(),
+        ["</search>", "</answer>", "<|im_end|>", "<|endoftext|>"]
+    );
+    let scripts = search_r1_ask(&[
+        &["<think>I need the painter.</think>\n<search> Mona Lisa painter </search>\n\n"],
+        &["<search>  </search>"],
+        &["<think>It is Leonardo.</think>\n<answer> Leonardo da Vinci </answer>"],
+    ]);
+    let (result, _, engine) =
+        rollout(p, scripts, backend(), ask("  who painted the Mona Lisa ")).await;
+    let outcome = result.unwrap();
+    // Search-R1's instruction as inference.py writes it; the question stripped, "?" added.
+    let prompt = chatml_user(
+        "Answer the given question. You must conduct reasoning inside <think> and </think> first \
+         every time you get new information. After reasoning, if you find you lack some \
+         knowledge, you can call a search engine by <search> query </search> and it will return \
+         the top searched results between <information> and </information>. You can search as \
+         many times as your want. If you find no further external knowledge needed, you can \
+         directly provide the answer inside <answer> and </answer>, without detailed \
+         illustrations. For example, <answer> Beijing </answer>. Question: who painted the Mona \
+         Lisa?\n",
+    );
+    let prompts = engine.prompts();
+    assert_eq!(prompts[0], prompt);
+    assert_eq!(outcome.rounds[0].queries, ["Mona Lisa painter"]);
+    // "Doc i: text" lines, stripped, in Search-R1's trained block.
+    let after_search = format!(
+        "{prompt}<think>I need the painter.</think>\n<search> Mona Lisa painter </search>\
+         \n\n<information>Doc 1: The Mona Lisa is a portrait by Leonardo da Vinci.\nDoc 2: \
+         Painting is the practice of applying paint.</information>\n\n"
+    );
+    assert_eq!(prompts[1], after_search);
+    // A call without a query: inference.py's text in the block.
+    assert_eq!(outcome.rounds[1].outcome, RoundOutcome::NoQuery);
+    assert_eq!(
+        prompts[2],
+        format!(
+            "{after_search}<search>  </search>\n\n<information>No information available\
+             </information>\n\n"
+        )
+    );
+    assert_eq!(outcome.answer, "Leonardo da Vinci");
+    assert_eq!(outcome.searches, 1);
+}
+
+#[tokio::test]
+async fn research_golden_system_prompt_result_block_nothing_to_search_and_boxed_answer() {
+    let scripts = search_r1_ask(&[
+        &["<think>I need the painter.</think> <search> Mona Lisa painter </search> <result>"],
+        &["<think>One more?</think> <search></search>"],
+        &[
+            "<think>It is Leonardo.</think> <answer> The final answer is \\[ \\boxed{Leonardo da \
+             Vinci} \\] </answer>",
+        ],
+    ]);
+    let (result, _, engine) = rollout(
+        profile("research"),
+        scripts,
+        backend(),
+        ask("Who painted the Mona Lisa?"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    // re_search_template_sys as the system message, the question as the user message.
+    let prompt = chatml_system_user(
+        "You are a helpful assistant that can solve the given question step by step with the \
+         help of the wikipedia search tool. Given a question, you need to first think about the \
+         reasoning process in the mind and then provide the answer. During thinking, you can \
+         invoke the wikipedia search tool to search for fact information about specific topics \
+         if needed. The reasoning process and answer are enclosed within <think> </think> and \
+         <answer> </answer> tags respectively, and the search query and result are enclosed \
+         within <search> </search> and <result> </result> tags respectively. For example, \
+         <think> This is the reasoning process. </think> <search> search query here </search> \
+         <result> search result here </result> <think> This is the reasoning process. </think> \
+         <answer> The final answer is \\[ \\boxed{answer here} \\] </answer>. In the last part \
+         of the answer, the final exact answer is enclosed within \\boxed{} with latex format.",
+        "Who painted the Mona Lisa?",
+    );
+    let prompts = engine.prompts();
+    assert_eq!(prompts[0], prompt);
+    assert_eq!(outcome.rounds[0].queries, ["Mona Lisa painter"]);
+    // One space, then the corpus contents separated by blank lines, and nothing after </result>.
+    let after_search = format!(
+        "{prompt}<think>I need the painter.</think> <search> Mona Lisa painter </search> \
+         <result>\n\"Mona Lisa\"\nThe Mona Lisa is a portrait by Leonardo da Vinci.\n\n\
+         \"Painting\"\nPainting is the practice of applying paint.\n</result>"
+    );
+    assert_eq!(prompts[1], after_search);
+    assert_eq!(outcome.rounds[1].outcome, RoundOutcome::NoQuery);
+    assert_eq!(
+        prompts[2],
+        format!(
+            "{after_search}<think>One more?</think> <search></search> <result>\nnothing to \
+             search\n</result>"
+        )
+    );
+    // The whole answer: seeker does not unwrap \boxed{} (the reference scores its content).
+    assert_eq!(
+        outcome.answer,
+        "The final answer is \\[ \\boxed{Leonardo da Vinci} \\]"
+    );
+    assert_eq!(outcome.searches, 1);
+}
+
+#[tokio::test]
+async fn r_search_golden_system_prompt_observation_block_and_plain_text_answer() {
+    let scripts = search_r1_ask(&[
+        &["First I find the painter. <search> Mona Lisa painter </search>\n"],
+        &[
+            "<original_evidence>The Mona Lisa is a portrait by Leonardo da Vinci.\
+             </original_evidence>\n<answer> Leonardo da Vinci </answer>",
+        ],
+    ]);
+    let (result, _, engine) = rollout(
+        profile("r-search"),
+        scripts,
+        backend(),
+        ask("Who painted the Mona Lisa"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    // The system prompt of the training data; the question with "?" as the user message.
+    let prompt = chatml_system_user(
+        "You are a helpful assistant that can solve the given question step by step. For each \
+         step, start by explaining your thought process. If additional information is needed, \
+         provide a specific query enclosed in <search> and </search>. The system will return the \
+         top search results within <observation> and </observation>. You can perform multiple \
+         searches as needed.\nWhen you know the final answer, use <original_evidence> and \
+         </original_evidence> to provide all potentially relevant original information from the \
+         observations. Ensure the information is complete and preserves the original wording \
+         without modification. If no searches were conducted or observations were made, omit the \
+         evidence section. Finally, provide the final answer within <answer> and </answer> tags.",
+        "Who painted the Mona Lisa?",
+    );
+    let prompts = engine.prompts();
+    assert_eq!(prompts[0], prompt);
+    assert_eq!(outcome.rounds[0].queries, ["Mona Lisa painter"]);
+    // "(Title: t) text" lines, no numbers, stripped, in <observation> between blank lines.
+    assert_eq!(
+        prompts[1],
+        format!(
+            "{prompt}First I find the painter. <search> Mona Lisa painter </search>\n\n\
+             <observation>(Title: \"Mona Lisa\") The Mona Lisa is a portrait by Leonardo da \
+             Vinci.\n(Title: \"Painting\") Painting is the practice of applying paint.\
+             </observation>\n\n"
+        )
+    );
+    assert_eq!(outcome.answer, "Leonardo da Vinci");
+
+    // Without an answer tag, the final round's text is the prediction (src/eval/main.py).
+    let scripts = search_r1_ask(&[
+        &["<search> Mona Lisa painter </search>"],
+        &["It was painted by Leonardo da Vinci. "],
+    ]);
+    let (result, _, _) = rollout(profile("r-search"), scripts, backend(), ask("q")).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "It was painted by Leonardo da Vinci.");
+    assert_eq!(outcome.finish_reason, FinishReason::Stop);
+}
+
+#[tokio::test]
+async fn stepsearch_golden_prompt_spaced_information_block_and_warning() {
+    let scripts = search_r1_ask(&[
+        &[
+            "<think> plan to search: (Q1) painter of the Mona Lisa </think>\n<search> Mona Lisa \
+             painter </search>",
+        ],
+        &["<think>Found it.</think></search>"],
+        &["<answer> Leonardo da Vinci </answer>"],
+    ]);
+    let (result, _, engine) = rollout(
+        profile("stepsearch"),
+        scripts,
+        backend(),
+        ask("Who painted the Mona Lisa"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    // The <think> prompt of hotpot_search.py / nq_search.py, "Question:" without a space.
+    let prompt = chatml_user(
+        "## Background\nYou are a deep AI research assistant. I will give you a single-hop or \
+         multi-hop question. You don't have to answer the question now, but you should first \
+         think about your research plan or what to search for next. You can use search to fill \
+         in knowledge gaps. \n## Response format: Your output format should be one of the \
+         following two formats: \n<think>your thinking process</think>\n<answer>your answer \
+         after getting enough information</answer>\nor\n<think>your thinking \
+         process</think>\nuse <search>search keywords</search> to search for information. For \
+         example, <think> plan to search: (Q1) (Q2) (Q3) ... </think> <search> (Q1) question \
+         </search> <think> reasoning ... </think> <answer> Beijing </answer>.\nThe search engine \
+         will return the results contained in <information> and </information>. \nPlease follow \
+         the loop of think, search, information, think, search, information, and answer until \
+         the original question is finally solved. \nNote: The retrieval results may not contain \
+         the answer or contain noise. You need to tell whether there is a golden answer. If not, \
+         you need to correct the search query and search again. Question:Who painted the Mona \
+         Lisa?\n",
+    );
+    let prompts = engine.prompts();
+    assert_eq!(prompts[0], prompt);
+    assert_eq!(outcome.rounds[0].queries, ["Mona Lisa painter"]);
+    // A space inside each tag; "Doc i<## Title: t ##> text" lines, top-3.
+    let after_search = format!(
+        "{prompt}<think> plan to search: (Q1) painter of the Mona Lisa </think>\n<search> Mona \
+         Lisa painter </search>\n\n<information> Doc 1<## Title: Mona Lisa ##> The Mona Lisa is \
+         a portrait by Leonardo da Vinci.\nDoc 2<## Title: Painting ##> Painting is the practice \
+         of applying paint. </information>\n\n"
+    );
+    assert_eq!(prompts[1], after_search);
+    // A closing tag without its opening tag: StepSearch's warning.
+    assert_eq!(outcome.rounds[1].outcome, RoundOutcome::InvalidAction);
+    let warning = "\n<warning> My previous action is invalid. If I want to search, I should put \
+                   the query between <search> and </search>. If I want to give the final answer, \
+                   I should put the answer between <answer> and </answer>. Let me try again. \
+                   </warning>\n";
+    assert_eq!(
+        prompts[2],
+        format!("{after_search}<think>Found it.</think></search>{warning}")
+    );
+    assert_eq!(outcome.answer, "Leonardo da Vinci");
+}
+
+#[tokio::test]
+async fn parallelsearch_golden_prompt_sub_queries_searched_at_once_in_one_block() {
+    let p = profile("parallelsearch");
+    // Split on "##", each sub-query stripped, empty ones dropped.
+    assert_eq!(
+        p.clean_queries(" Mona Lisa painter ## Leonardo da Vinci birthplace ")
+            .queries,
+        ["Mona Lisa painter", "Leonardo da Vinci birthplace"]
+    );
+    assert_eq!(
+        p.clean_queries("a##b ## ## c#d ###e").queries,
+        ["a", "b", "c#d", "#e"]
+    );
+    let scripts = search_r1_ask(&[
+        &[
+            "<think>Two facts.</think>\n<search> Mona Lisa painter ## Leonardo da Vinci \
+             birthplace </search>",
+        ],
+        &["<think>Vinci.</think>\n<answer> Vinci, Italy </answer>"],
+    ]);
+    let backend = backend();
+    let (result, _, engine) = rollout(
+        p,
+        scripts,
+        Arc::clone(&backend),
+        ask("Where was the painter of the Mona Lisa born"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    // Search-R1's instruction with ParallelSearch's sentence on "##" sub-questions.
+    let prompt = chatml_user(
+        "Answer the given question. You must conduct reasoning inside <think> and </think> first \
+         every time you get new information. After reasoning, if you find you lack some \
+         knowledge, you can call a search engine by <search> query </search> and it will return \
+         the top searched results between <information> and </information>. If the original \
+         query is complex or involves multiple parts, you are encouraged to decompose it into \
+         smaller sub-questions, separated by ##. For example: <search> sub-question 1 ## \
+         sub-question 2 </search>. You can search as many times as your want. If you find no \
+         further external knowledge needed, you can directly provide the answer inside <answer> \
+         and </answer>, without detailed illustrations. For example, <answer> Beijing </answer>. \
+         Question: Where was the painter of the Mona Lisa born?\n",
+    );
+    let prompts = engine.prompts();
+    assert_eq!(prompts[0], prompt);
+    assert_eq!(
+        outcome.rounds[0].queries,
+        ["Mona Lisa painter", "Leonardo da Vinci birthplace"]
+    );
+    let mut asked = backend.asked.lock().unwrap().clone();
+    asked.sort();
+    assert_eq!(asked, ["Leonardo da Vinci birthplace", "Mona Lisa painter"]);
+    // One block; Doc numbering starts again at 1 for the second sub-query.
+    assert_eq!(
+        prompts[1],
+        format!(
+            "{prompt}<think>Two facts.</think>\n<search> Mona Lisa painter ## Leonardo da Vinci \
+             birthplace </search>\n\n<information>Doc 1(Title: \"Mona Lisa\") The Mona Lisa is \
+             a portrait by Leonardo da Vinci.\nDoc 2(Title: \"Painting\") Painting is the \
+             practice of applying paint.\nDoc 1(Title: \"Leonardo da Vinci\") Leonardo was born \
+             in Vinci, Italy.</information>\n\n"
+        )
+    );
+    assert_eq!(outcome.searches, 1);
+    assert_eq!(outcome.answer, "Vinci, Italy");
 }

@@ -439,3 +439,151 @@ async fn the_default_model_searches_by_itself_and_answers() {
         "{answer}"
     );
 }
+
+/// The `tool-search` profile on the default model's own template: the prompt
+/// with the `search` function, and the tool-response turn seeker splices after
+/// a turn of two calls, byte for byte as transformers renders the same
+/// conversation with `tool` messages (`tests/fixtures/tools/make_fixtures.py`
+/// renders the GGUF's template with jinja2 and Python's `json.dumps`).
+#[test]
+fn tool_search_prompt_and_splice_match_the_template_rendered_by_transformers() {
+    use seeker::engine::chat_template::ChatTemplate;
+    use seeker::profile::{QueryOutcome, ToolResult};
+    use seeker::toolcall::{parse_turn, ToolCall};
+
+    const CALL: &str = "I will look it up.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Toyota founding year\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": [\"Kiichiro Toyoda\"]}}\n</tool_call>";
+    let fixtures = root().join("tests/fixtures/tools");
+    let read = |name: &str| std::fs::read_to_string(fixtures.join(name)).unwrap();
+    let template = ChatTemplate::from_gguf(&qwen()).unwrap();
+    let p = Profile::load(&root().join("config/policies/tool-search.toml")).unwrap();
+    let tools = p.template_tools();
+    assert_eq!(tools.len(), 1);
+
+    let prompt = template
+        .render_with_tools(&[user("When was Toyota founded?")], tools)
+        .unwrap();
+    assert_eq!(prompt, read("tool-search.prompt.txt"));
+
+    let two_turns = read("tool-search.two-turns.txt");
+    let theirs = template
+        .render_json(
+            &[
+                json!({"role": "user", "content": "When was Toyota founded?"}),
+                json!({"role": "assistant", "content": CALL}),
+                json!({"role": "tool", "content": "Doc 1(Title: \"Toyota\") Toyota was founded in 1937."}),
+                json!({"role": "tool", "content": "Doc 1(Title: \"Kiichiro Toyoda\") A Japanese businessman."}),
+            ],
+            tools,
+        )
+        .unwrap();
+    assert_eq!(theirs, two_turns, "seeker's template with tool messages");
+
+    let calls = parse_turn(CALL, &p.query_open, &p.query_close);
+    let refs: Vec<&ToolCall> = calls.iter().collect();
+    let toyota = [crate::common::doc(
+        "1",
+        "Toyota",
+        "Toyota was founded in 1937.",
+    )];
+    let kiichiro = [crate::common::doc(
+        "2",
+        "Kiichiro Toyoda",
+        "A Japanese businessman.",
+    )];
+    let splice = p.render_tool_splice(
+        &refs,
+        &[
+            ToolResult::Search(vec![(
+                "Toyota founding year",
+                QueryOutcome::Documents(&toyota),
+            )]),
+            ToolResult::Search(vec![(
+                "Kiichiro Toyoda",
+                QueryOutcome::Documents(&kiichiro),
+            )]),
+        ],
+        &[],
+    );
+    assert_eq!(format!("{prompt}{CALL}{splice}"), two_turns);
+}
+
+/// The default model with the `tool-search` profile through the real binary:
+/// it calls the `search` function offered by its chat template with its own
+/// query, seeker searches and splices the tool-response turn as the template
+/// renders it, the model answers in plain text; the next turn reuses the
+/// cached prefix (the splice ends the model's turn with `<|im_end|>`, a
+/// control token, so nothing the model wrote is re-tokenized differently);
+/// streamed and not, the same reasoning and answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_model_calls_the_search_tool_and_answers() {
+    let server = start_default_model(shared_index(), &[], &[]);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    let question = ui_default_question();
+    let body = |stream: bool| {
+        let mut body = ask(&question, stream);
+        body["policy"] = json!("tool-search");
+        body
+    };
+    let answer: Value = post_json(&client, &url, &body(false)).await;
+    let seeker_info = &answer["seeker"];
+    assert_eq!(seeker_info["policy"], "tool-search", "{answer}");
+    assert!(seeker_info["searches"].as_u64().unwrap() >= 1, "{answer}");
+    let rounds = seeker_info["rounds"].as_array().unwrap();
+    assert_eq!(rounds[0]["outcome"], "search", "{answer}");
+    let query = rounds[0]["queries"][0].as_str().unwrap().to_string();
+    let transcript = seeker_info["transcript"].as_str().unwrap();
+    // The model's call, as it wrote it, holds the query it chose.
+    let at = transcript
+        .find("<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: \"")
+        .unwrap_or_else(|| panic!("no tool response in {transcript}"));
+    assert!(transcript[..at].contains(&query), "{transcript}");
+    assert!(transcript[..at].contains("\"search\""), "{transcript}");
+    assert!(
+        transcript[at..].contains("</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+        "{transcript}"
+    );
+    // The turn after the tool response continued from the cache.
+    let cached = rounds
+        .iter()
+        .rev()
+        .find(|r| r["round"] == 2)
+        .and_then(|r| r["prompt_tokens_cached"].as_u64())
+        .unwrap_or_else(|| panic!("{answer}"));
+    assert!(cached > 200, "round 2 reused {cached} tokens: {answer}");
+    let content = answer["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!content.trim().is_empty(), "{answer}");
+    assert!(!content.contains("<tool_call>"), "{answer}");
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop", "{answer}");
+
+    let streamed_body = client
+        .post(&url)
+        .json(&body(true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (mut streamed, mut reasoning, mut searched) = (String::new(), String::new(), 0);
+    for data in sse_data(&streamed_body) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(&data).unwrap();
+        let delta = &chunk["choices"][0]["delta"];
+        streamed.push_str(delta["content"].as_str().unwrap_or(""));
+        reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+        if chunk["seeker"]["event"]["type"] == "search" {
+            searched += 1;
+            assert_eq!(chunk["seeker"]["event"]["queries"][0], query.as_str());
+        }
+    }
+    assert_eq!(streamed, content);
+    assert_eq!(
+        reasoning,
+        answer["choices"][0]["message"]["reasoning_content"]
+    );
+    assert!(searched >= 1, "{streamed_body}");
+}

@@ -734,6 +734,14 @@ impl Engine for RemoteEngine {
         self.inner.template.render(messages)
     }
 
+    async fn render_chat_with_tools(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
+        self.inner.template.render_with_tools(messages, tools)
+    }
+
     /// The length of `text` from a replica's `POST /tokenize` (llama-server:
     /// `{"content"}` → `{"tokens"}`; vLLM: `{"prompt"}` → `{"count",
     /// "tokens"}`; both fields are sent).
