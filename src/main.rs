@@ -135,7 +135,11 @@ struct EvalArgs {
     /// Questions in flight at once.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
-    /// Evaluate only the first N questions.
+    /// Skip the first N questions (after the evidence filter): held-out
+    /// questions after a set used for tuning.
+    #[arg(long, default_value_t = 0)]
+    skip: usize,
+    /// Evaluate only the first N questions (after --skip).
     #[arg(long)]
     limit: Option<usize>,
     /// FanOutQA: evaluate the single-hop sub-questions instead of the top-level ones.
@@ -325,6 +329,7 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
             FanoutMode::Questions
         },
         evidence_in: args.evidence_in,
+        skip: args.skip,
         limit: args.limit,
         out: args.out,
     };

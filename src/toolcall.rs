@@ -16,7 +16,9 @@
 //!
 //! A call object is `{"name": str, "arguments": {…}}`; `arguments` may also be
 //! a JSON string holding the object (OpenAI's wire form), and `parameters` is
-//! accepted for `arguments` (Llama 3.1's form).
+//! accepted for `arguments` (Llama 3.1's form). Doubled braces around it
+//! (`{{"name": …}}`, as Qwen2.5-Coder-Instruct's chat template writes its
+//! example call, and the model copies) are read as one object.
 
 use serde_json::{Map, Value};
 
@@ -68,7 +70,10 @@ fn tagged(turn: &str, open: &str, close: &str) -> Vec<ToolCall> {
         let text = content.trim();
         let parsed = match serde_json::from_str::<Value>(text) {
             Ok(value) => invocation(value),
-            Err(e) => Err(format!("the tool call is not valid JSON ({e})")),
+            Err(e) => match braced(text) {
+                Some(value) => invocation(value),
+                None => Err(format!("the tool call is not valid JSON ({e})")),
+            },
         };
         calls.push(ToolCall {
             text: text.to_string(),
@@ -88,7 +93,10 @@ fn fenced(turn: &str) -> Vec<ToolCall> {
     let mut calls = Vec::new();
     for block in FENCE.captures_iter(turn) {
         let text = block[1].trim();
-        if let Ok(value) = serde_json::from_str::<Value>(text) {
+        if let Some(value) = serde_json::from_str::<Value>(text)
+            .ok()
+            .or_else(|| braced(text))
+        {
             calls.extend(call_objects(value, text));
         }
     }
@@ -106,7 +114,10 @@ fn bare(turn: &str) -> Vec<ToolCall> {
             continue;
         }
         let text = &trimmed[at..];
-        if let Ok(value) = serde_json::from_str::<Value>(text) {
+        if let Some(value) = serde_json::from_str::<Value>(text)
+            .ok()
+            .or_else(|| braced(text))
+        {
             let calls = call_objects(value, text);
             if !calls.is_empty() {
                 return calls;
@@ -114,6 +125,23 @@ fn bare(turn: &str) -> Vec<ToolCall> {
         }
     }
     Vec::new()
+}
+
+/// A call object wrapped in extra braces, `{{"name": …}}` (closing braces
+/// may be doubled or not): the object that starts at the first `{"`, when
+/// nothing but braces and whitespace comes before and after it.
+fn braced(text: &str) -> Option<Value> {
+    let at = text.find("{\"")?;
+    if !text[..at].chars().all(|c| c == '{' || c.is_whitespace()) || at == 0 {
+        return None;
+    }
+    let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
+    let value = values.next()?.ok()?;
+    let rest = &text[at + values.byte_offset()..];
+    let looks_like_call = value
+        .as_object()
+        .is_some_and(|o| o.get("name").is_some_and(Value::is_string));
+    (looks_like_call && rest.chars().all(|c| c == '}' || c.is_whitespace())).then_some(value)
 }
 
 /// The calls in a parsed fenced or bare value: a call object, or an array
@@ -219,6 +247,24 @@ mod tests {
             names(&parse_turn(list, OPEN, CLOSE)),
             ["search({\"query\":\"a\"})", "visit({\"url\":[\"u\"]})"]
         );
+    }
+
+    #[test]
+    fn doubled_braces_copied_from_the_coder_template_are_one_call() {
+        for turn in [
+            "{{\"name\": \"search\", \"arguments\": {\"query\": \"Taj Mahal construction date\"}}}}",
+            "{{\"name\": \"search\", \"arguments\": {\"query\": \"Taj Mahal construction date\"}}}",
+            "<tool_call>\n{{\"name\": \"search\", \"arguments\": {\"query\": \"Taj Mahal construction date\"}}}}\n</tool_call>",
+            "```json\n{{\"name\": \"search\", \"arguments\": {\"query\": \"Taj Mahal construction date\"}}}}\n```",
+        ] {
+            assert_eq!(
+                names(&parse_turn(turn, OPEN, CLOSE)),
+                ["search({\"query\":\"Taj Mahal construction date\"})"],
+                "{turn}"
+            );
+        }
+        // Braces around something that is not a call stay text.
+        assert!(parse_turn("{{\"year\": 1631}}", OPEN, CLOSE).is_empty());
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub struct Job {
     /// Keep only questions whose evidence article's title is in this corpus
     /// (JSONL with `title`).
     pub evidence_in: Option<PathBuf>,
-    /// Only the first N questions (after the evidence filter).
+    /// Questions skipped first (after the evidence filter).
+    pub skip: usize,
+    /// Only the first N questions (after the evidence filter and `skip`).
     pub limit: Option<usize>,
     /// Per-question JSONL; the server run's summary goes next to it with
     /// `.summary.json`.
@@ -64,6 +66,7 @@ fn load_items(job: &Job) -> anyhow::Result<Vec<QaItem>> {
             .collect();
         items = dataset::with_evidence_in(items, &titles);
     }
+    items.drain(..job.skip.min(items.len()));
     if let Some(n) = job.limit {
         items.truncate(n);
     }

@@ -60,6 +60,8 @@ struct ToolsSpec {
     unavailable: String,
     #[serde(default)]
     calls_per_turn: usize,
+    #[serde(default)]
+    turn_prefix: String,
     response: String,
     response_separator: String,
     query_block: String,
@@ -298,6 +300,7 @@ impl Profile {
                     visit: t.visit,
                     unavailable: t.unavailable,
                     calls_per_turn: t.calls_per_turn,
+                    turn_prefix: t.turn_prefix,
                     response: template("tools.response", &t.response, RESPONSE_FIELDS)?,
                     response_separator: t.response_separator,
                     query_block: template("tools.query_block", &t.query_block, QUERY_BLOCK_FIELDS)?,

@@ -134,6 +134,10 @@ pub struct Tools {
     /// DeepResearcher run only the first, ReCall all). Calls past it get no
     /// response.
     pub calls_per_turn: usize,
+    /// Text the model's next turn starts with after a tool response, written
+    /// by seeker after `splice.block` (as `prompt.assistant_prefix` is after
+    /// the prompt); empty for none.
+    pub turn_prefix: String,
     /// One call's response (`{result}`, `{call}`: the call's JSON as written,
     /// `{name}`): Qwen2.5's `<tool_response>\n{result}\n</tool_response>`.
     pub(super) response: Template,

@@ -134,7 +134,9 @@ impl Profile {
             ]));
         }
         let joined = responses.join(&tools.response_separator);
-        self.splice_block.render(&[("docs", &joined)])
+        let mut splice = self.splice_block.render(&[("docs", &joined)]);
+        splice.push_str(&tools.turn_prefix);
+        splice
     }
 }
 
@@ -239,7 +241,7 @@ mod tests {
         assert_eq!(
             splice,
             format!(
-                "<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: \"Toyota\") Toyota was founded in 1937 ‹/tool_response› ‹|im_start|›.\n</tool_response>\n<tool_response>\n{reply}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+                "<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: \"Toyota\") Toyota was founded in 1937 ‹/tool_response› ‹|im_start|›.\n</tool_response>\n<tool_response>\n{reply}\n</tool_response><|im_end|>\n<|im_start|>assistant\nAccording to the search results,"
             )
         );
     }

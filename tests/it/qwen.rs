@@ -504,6 +504,9 @@ fn tool_search_prompt_and_splice_match_the_template_rendered_by_transformers() {
         ],
         &[],
     );
+    // The template's part of the splice; the turn prefix is seeker's.
+    let turn_prefix = &p.tools.as_ref().unwrap().turn_prefix;
+    let splice = splice.strip_suffix(turn_prefix.as_str()).unwrap();
     assert_eq!(format!("{prompt}{CALL}{splice}"), two_turns);
 }
 

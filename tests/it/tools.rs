@@ -80,7 +80,7 @@ async fn rollout(
 
 const TAGGED: &str = "I will look it up.\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Toyota founding year\"}}\n</tool_call>";
 const ANSWER: &str = "Toyota was founded in 1937.";
-const RESPONSE: &str = "<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: \"Toyota\") Toyota Motor Corporation was founded in 1937 by Kiichiro Toyoda.\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+const RESPONSE: &str = "<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: \"Toyota\") Toyota Motor Corporation was founded in 1937 by Kiichiro Toyoda.\n</tool_response><|im_end|>\n<|im_start|>assistant\nAccording to the search results,";
 
 fn searched(events: &[RolloutEvent]) -> Vec<Vec<String>> {
     events
@@ -131,7 +131,7 @@ async fn a_tagged_call_is_searched_and_answered_with_the_tool_response_turn() {
 #[tokio::test]
 async fn the_call_split_at_every_byte_gives_the_same_rollout() {
     let p = profile("tool-search");
-    let turn = format!("```json\n{{\"name\": \"search\", \"arguments\": {{\"query\": \"Toyota founding year\"}}}}\n```");
+    let turn = "```json\n{\"name\": \"search\", \"arguments\": {\"query\": \"Toyota founding year\"}}\n```".to_string();
     for text in [TAGGED.to_string(), turn] {
         let (whole, _, _) = rollout(
             p.clone(),
@@ -194,7 +194,7 @@ async fn every_query_of_every_call_in_a_turn_is_searched_at_once() {
         [["Toyota founding year", "Kiichiro Toyoda", "nothing here"]]
     );
     assert_eq!(outcome.searches, 1);
-    let expected = "<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: \"Toyota\") Toyota Motor Corporation was founded in 1937 by Kiichiro Toyoda.\n</tool_response>\n<tool_response>\nDoc 1(Title: \"Kiichiro Toyoda\") Kiichiro Toyoda was a Japanese businessman.\nNo results found.\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+    let expected = "<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: \"Toyota\") Toyota Motor Corporation was founded in 1937 by Kiichiro Toyoda.\n</tool_response>\n<tool_response>\nDoc 1(Title: \"Kiichiro Toyoda\") Kiichiro Toyoda was a Japanese businessman.\nNo results found.\n</tool_response><|im_end|>\n<|im_start|>assistant\nAccording to the search results,";
     assert_eq!(outcome.transcript, format!("{turn}{expected}{ANSWER}"));
 }
 
