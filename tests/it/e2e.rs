@@ -325,12 +325,10 @@ async fn every_profile_continues_a_search_call_with_the_real_model(
         } else {
             format!("Mona Lisa painter{} Leonardo da Vinci", p.query_separator)
         };
-        let call = if p.tools.is_some() {
-            let query = serde_json::to_string(&query).unwrap();
-            format!(
-                "{}\n{{\"name\": \"search\", \"arguments\": {{\"query\": {query}}}}}\n{}",
-                p.query_open, p.query_close
-            )
+        let call = if let Some(tools) = &p.tools {
+            let call =
+                json!({"name": tools.search, "arguments": {tools.query_argument.as_str(): query}});
+            format!("{}\n{call}\n{}", p.query_open, p.query_close)
         } else {
             format!("{} {query} {}", p.query_open, p.query_close)
         };
