@@ -325,9 +325,9 @@ fn ask(question: &str, stream: bool) -> Value {
     })
 }
 
-/// The README's first example, on the default config: the model writes its
-/// own search call, seeker searches and splices Search-R1's block, the model
-/// answers; the stream says what the non-streamed answer says. The round cap
+/// The default model under Search-R1's text protocol (`search-r1`): the
+/// model writes its own search call, seeker searches and splices Search-R1's
+/// block, the model answers; the stream says what the non-streamed answer says. The round cap
 /// ends a rollout whose search call comes after it. A turn that ends in the
 /// end-of-turn token ends the rollout there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,7 +355,12 @@ async fn the_default_model_searches_by_itself_and_answers() {
     // 1. A question the model searches for: the web UI's default.
     let question = ui_default_question();
     assert!(question.ends_with('?'), "{question:?}");
-    let answer: Value = post_json(&client, &url, &ask(&question, false)).await;
+    let search_r1 = |stream: bool| {
+        let mut body = ask(&question, stream);
+        body["policy"] = json!("search-r1");
+        body
+    };
+    let answer: Value = post_json(&client, &url, &search_r1(false)).await;
     let seeker_info = &answer["seeker"];
     assert_eq!(seeker_info["policy"], "search-r1", "{answer}");
     assert!(seeker_info["searches"].as_u64().unwrap() >= 1, "{answer}");
@@ -384,7 +389,7 @@ async fn the_default_model_searches_by_itself_and_answers() {
     // 2. Streamed: the same reasoning and answer.
     let body = client
         .post(&url)
-        .json(&ask(&question, true))
+        .json(&search_r1(true))
         .send()
         .await
         .unwrap()
