@@ -66,7 +66,14 @@ fn load_items(job: &Job) -> anyhow::Result<Vec<QaItem>> {
             .collect();
         items = dataset::with_evidence_in(items, &titles);
     }
+    let before_skip = items.len();
     items.drain(..job.skip.min(items.len()));
+    anyhow::ensure!(
+        before_skip == 0 || !items.is_empty(),
+        "--skip {} leaves none of the {before_skip} questions of {} to evaluate",
+        job.skip,
+        job.dataset.display()
+    );
     if let Some(n) = job.limit {
         items.truncate(n);
     }

@@ -12,9 +12,10 @@ use crate::toolcall::ToolCall;
 pub enum CallPlan {
     /// Search these queries (cleaned, capped: never empty).
     Search(CleanedQueries),
-    /// Reply with this text instead: the profile's error text for a call
-    /// that cannot run, or its `unavailable` text for a page read.
-    Reply(String),
+    /// Reply with `text` instead: the profile's error text for a call that
+    /// cannot run, or its `unavailable` text for a page read; `reason` says
+    /// why in seeker's words (for the trace: a policy's error text may not).
+    Reply { text: String, reason: String },
 }
 
 /// One call's outcome, as the tool response renders it.
@@ -31,15 +32,28 @@ impl Profile {
     /// reply saying so).
     pub fn plan_call(&self, call: &ToolCall) -> CallPlan {
         let Some(tools) = &self.tools else {
-            return CallPlan::Reply("this policy has no tools".into());
+            let reason = "this policy has no tools".to_string();
+            return CallPlan::Reply {
+                text: reason.clone(),
+                reason,
+            };
         };
-        let error = |message: String| CallPlan::Reply(tools.error.render(&[("error", &message)]));
+        let error = |reason: String| CallPlan::Reply {
+            text: tools.error.render(&[("error", &reason)]),
+            reason,
+        };
         let invocation = match &call.parsed {
             Ok(invocation) => invocation,
             Err(e) => return error(e.clone()),
         };
         if !tools.visit.is_empty() && invocation.name == tools.visit {
-            return CallPlan::Reply(tools.unavailable.clone());
+            return CallPlan::Reply {
+                text: tools.unavailable.clone(),
+                reason: format!(
+                    "\"{}\" reads pages, which seeker cannot do yet",
+                    tools.visit
+                ),
+            };
         }
         if invocation.name != tools.search {
             return error(format!(
@@ -191,7 +205,7 @@ mod tests {
         let replies: Vec<String> = got[2..]
             .iter()
             .map(|p| match p {
-                CallPlan::Reply(t) => t.clone(),
+                CallPlan::Reply { text, .. } => text.clone(),
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -229,7 +243,7 @@ mod tests {
             backend: "tantivy".into(),
         }];
         let reply = match p.plan_call(&calls[1]) {
-            CallPlan::Reply(t) => t,
+            CallPlan::Reply { text, .. } => text,
             other => panic!("{other:?}"),
         };
         let results = [

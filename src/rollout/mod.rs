@@ -718,14 +718,24 @@ impl<'a> Rollout<'a> {
         self.calls += 1;
         let plans: Vec<CallPlan> = calls.iter().map(|c| profile.plan_call(c)).collect();
         let (mut queries, mut notes) = (Vec::new(), Vec::new());
-        for plan in &plans {
-            if let CallPlan::Search(cleaned) = plan {
-                queries.extend(cleaned.queries.iter().cloned());
-                notes.extend(cleaned.notes.iter().cloned());
+        for (i, plan) in plans.iter().enumerate() {
+            match plan {
+                CallPlan::Search(cleaned) => {
+                    queries.extend(cleaned.queries.iter().cloned());
+                    notes.extend(cleaned.notes.iter().cloned());
+                }
+                // Why a call did not run, for the trace (the policy reads its
+                // own error text in the response).
+                CallPlan::Reply { reason, .. } => {
+                    notes.push(format!("tool call {}: {reason}", i + 1));
+                }
             }
         }
         let records = if queries.is_empty() {
             self.record(number, RoundOutcome::NoQuery, tokens);
+            if let Some(last) = self.rounds.last_mut() {
+                last.notes = notes;
+            }
             Vec::new()
         } else {
             let records = self.run_queries(number, queries, notes).await?;
@@ -747,7 +757,7 @@ impl<'a> Rollout<'a> {
                         .map(|r| (r.query.as_str(), r.outcome()))
                         .collect(),
                 ),
-                CallPlan::Reply(text) => ToolResult::Reply(text),
+                CallPlan::Reply { text, .. } => ToolResult::Reply(text),
             })
             .collect();
         let refs: Vec<&ToolCall> = calls.iter().collect();

@@ -213,6 +213,12 @@ async fn malformed_calls_get_the_policys_error_text_and_the_rollout_goes_on() {
     assert_eq!(outcome.searches, 0);
     assert!(searched(&events).is_empty());
     assert_eq!(outcome.rounds[0].outcome, RoundOutcome::NoQuery);
+    // The trace says why each call did not run.
+    let notes = &outcome.rounds[0].notes;
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    assert!(notes[0].starts_with("tool call 1: the tool call is not valid JSON"));
+    assert!(notes[1].starts_with("tool call 2: unknown function \"browse\""));
+    assert!(notes[2].contains("has no \"query\" argument"));
     let second = &engine.prompts()[1];
     let response = &second[outcome.prompt.len() + turn.len()..];
     assert!(
