@@ -371,7 +371,14 @@ async fn every_profile_continues_a_search_call_with_the_real_model(
             transcript.contains("Leonardo da Vinci"),
             "{name}: {transcript}"
         );
-        insta::assert_snapshot!(format!("e2e_{name}"), transcript);
+        // A dated prompt (Tongyi DeepResearch, DeepResearcher) changes what
+        // the model writes from one day to the next: only its splice is fixed.
+        let dated = std::fs::read_to_string(&p.source)
+            .unwrap()
+            .contains("{date}");
+        if !dated {
+            insta::assert_snapshot!(format!("e2e_{name}"), transcript);
+        }
     }
 }
 
