@@ -156,6 +156,14 @@ impl Engine for ScriptedPolicy {
         self.search.render_chat(messages).await
     }
 
+    async fn render_chat_with_tools(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
+        self.search.render_chat_with_tools(messages, tools).await
+    }
+
     async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
         self.search.count_tokens(text).await
     }
