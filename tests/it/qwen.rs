@@ -76,7 +76,11 @@ async fn golden_prompts(engine: &MistralEngine, question: &str) -> Vec<String> {
     for path in profiles {
         let profile = Profile::load(&path).unwrap();
         let prompt = match profile.prompt(&[user(question)], 0, None) {
-            PromptText::Chat(turns) => engine.render_chat(&turns).await.unwrap(),
+            // Tool profiles with their functions in the template.
+            PromptText::Chat(turns) => engine
+                .render_chat_with_tools(&turns, profile.template_tools())
+                .await
+                .unwrap(),
             PromptText::Raw(text) => text,
         };
         for splice in std::fs::read_dir(&fixtures).unwrap() {
