@@ -26,7 +26,8 @@
 //! - [`toolcall`]: tool calls in a finished turn (`<tool_call>` JSON, fenced
 //!   or bare call objects), a pure function for tool-calling profiles.
 //! - [`template`]: the `{field}` templates profiles are written in.
-//! - [`pyjson`]: Python's `json.dumps(indent=2)` byte for byte (RAG-R1's splice).
+//! - [`pyjson`]: Python's `json.dumps` and `repr()` byte for byte (RAG-R1's
+//!   splice, chat templates' `tojson`, DeepResearcher's tool results).
 //! - [`engine`]: the [`engine::Engine`] trait; the embedded mistral.rs engine
 //!   (`mistral`, `prepare` for weight copies), `gate` (engine slots, oldest rollout first)
 //!   and `scripted` (a replaying engine for tests).

@@ -7,6 +7,11 @@
 //!
 //! Only what the protocols need: strings, lists of strings and objects of those.
 //! Golden fixtures made by Python itself are in `tests/fixtures/pyjson/`.
+//!
+//! Also Python's other two renderings the protocols rely on: [`dumps`]
+//! (`json.dumps(ensure_ascii=False, indent=…)`, transformers' `tojson` for
+//! chat templates with tools) and [`py_repr`] (`repr()` of a string, for
+//! tool results printed as Python lists).
 
 /// A JSON value of the shapes the protocols use.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +31,7 @@ pub fn dumps_indent2(value: &PyValue) -> String {
 
 fn write_value(value: &PyValue, depth: usize, out: &mut String) {
     match value {
-        PyValue::Str(s) => write_str(s, out),
+        PyValue::Str(s) => write_str(s, true, out),
         PyValue::List(items) if items.is_empty() => out.push_str("[]"),
         PyValue::Object(items) if items.is_empty() => out.push_str("{}"),
         PyValue::List(items) => {
@@ -48,7 +53,7 @@ fn write_value(value: &PyValue, depth: usize, out: &mut String) {
                     out.push(',');
                 }
                 newline(depth + 1, out);
-                write_str(key, out);
+                write_str(key, true, out);
                 out.push_str(": ");
                 write_value(item, depth + 1, out);
             }
@@ -65,8 +70,10 @@ fn newline(depth: usize, out: &mut String) {
     }
 }
 
-/// A JSON string with Python's `ensure_ascii` escaping.
-fn write_str(s: &str, out: &mut String) {
+/// A JSON string as Python's `json.dumps` writes it: `"`, `\\` and control
+/// characters escaped; with `ensure_ascii`, every character outside
+/// ASCII `' '..='~'` too, as `\uXXXX` (a surrogate pair outside the BMP).
+fn write_str(s: &str, ensure_ascii: bool, out: &mut String) {
     out.push('"');
     for c in s.chars() {
         match c {
@@ -77,8 +84,9 @@ fn write_str(s: &str, out: &mut String) {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            // Python escapes everything outside ' '..='~' (`ESCAPE_ASCII`).
-            c if !(' '..='~').contains(&c) => {
+            // `ESCAPE_ASCII` escapes everything outside ' '..='~'; `ESCAPE`
+            // only the control characters.
+            c if (ensure_ascii && !(' '..='~').contains(&c)) || (c as u32) < 0x20 => {
                 let mut units = [0u16; 2];
                 for unit in c.encode_utf16(&mut units) {
                     out.push_str(&format!("\\u{unit:04x}"));
@@ -88,6 +96,61 @@ fn write_str(s: &str, out: &mut String) {
         }
     }
     out.push('"');
+}
+
+/// `json.dumps(value, ensure_ascii=False, indent=indent)` for any JSON
+/// value, keys in the map's order: what Hugging Face `transformers` defines
+/// as `tojson` for chat templates. Without `indent` the separators are
+/// `", "` and `": "`; with it, `","` then a newline and `indent` spaces per level.
+pub fn dumps(value: &serde_json::Value, indent: Option<usize>) -> String {
+    let mut out = String::new();
+    write_json(value, indent, 0, &mut out);
+    out
+}
+
+fn write_json(value: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
+    use serde_json::Value as J;
+    let newline = |depth: usize, out: &mut String| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match value {
+        J::Array(items) if items.is_empty() => out.push_str("[]"),
+        J::Object(map) if map.is_empty() => out.push_str("{}"),
+        J::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(depth + 1, out);
+                write_json(item, indent, depth + 1, out);
+            }
+            newline(depth, out);
+            out.push(']');
+        }
+        J::Object(map) => {
+            out.push('{');
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(depth + 1, out);
+                write_str(key, false, out);
+                out.push_str(": ");
+                write_json(item, indent, depth + 1, out);
+            }
+            newline(depth, out);
+            out.push('}');
+        }
+        J::String(s) => write_str(s, false, out),
+        J::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        J::Null => out.push_str("null"),
+        J::Number(n) => out.push_str(&n.to_string()),
+    }
 }
 
 /// Python's `repr()` of a `str`, as a list or dict of strings prints it

@@ -138,19 +138,13 @@ fn braced(text: &str) -> Option<Value> {
     let mut values = serde_json::Deserializer::from_str(&text[at..]).into_iter::<Value>();
     let value = values.next()?.ok()?;
     let rest = &text[at + values.byte_offset()..];
-    let looks_like_call = value
-        .as_object()
-        .is_some_and(|o| o.get("name").is_some_and(Value::is_string));
-    (looks_like_call && rest.chars().all(|c| c == '}' || c.is_whitespace())).then_some(value)
+    (looks_like_call(&value) && rest.chars().all(|c| c == '}' || c.is_whitespace()))
+        .then_some(value)
 }
 
 /// The calls in a parsed fenced or bare value: a call object, or an array
 /// whose items are all call objects. Anything else is not a call.
 fn call_objects(value: Value, text: &str) -> Vec<ToolCall> {
-    let looks_like_call = |v: &Value| {
-        v.as_object()
-            .is_some_and(|o| o.get("name").is_some_and(Value::is_string))
-    };
     match value {
         Value::Object(_) if looks_like_call(&value) => vec![ToolCall {
             text: text.to_string(),
@@ -165,6 +159,13 @@ fn call_objects(value: Value, text: &str) -> Vec<ToolCall> {
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// An object with a string `name`: the shape of a call.
+fn looks_like_call(value: &Value) -> bool {
+    value
+        .as_object()
+        .is_some_and(|o| o.get("name").is_some_and(Value::is_string))
 }
 
 /// Reads a call object.
