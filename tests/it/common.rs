@@ -109,3 +109,29 @@ pub async fn metrics_of(client: &reqwest::Client, base: &str) -> String {
     let response = client.get(format!("{base}/metrics")).send().await.unwrap();
     response.text().await.unwrap()
 }
+
+/// Runs one rollout of `profile` on `engine` against `backend`: the outcome
+/// and every event, in order.
+pub async fn run_scripted(
+    engine: &seeker::engine::scripted::ScriptedEngine,
+    profile: Profile,
+    backend: Arc<StaticBackend>,
+    req: &seeker::rollout::RolloutRequest,
+) -> (
+    Result<seeker::rollout::RolloutOutcome, seeker::rollout::RolloutError>,
+    Vec<seeker::rollout::RolloutEvent>,
+) {
+    let ctx = seeker::rollout::RolloutContext {
+        engine: Arc::new(engine.clone()),
+        search: dispatcher(backend),
+        profile: Arc::new(profile),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
+    let result = seeker::rollout::run(&ctx, req, &tx).await;
+    drop(tx);
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push(e);
+    }
+    (result, events)
+}

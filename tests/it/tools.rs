@@ -9,10 +9,8 @@ use seeker::engine::scripted::ScriptedEngine;
 use seeker::engine::{ChatTurn, Role};
 use seeker::profile::Profile;
 use seeker::rollout::{
-    run, FinishReason, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
-    RoundOutcome,
+    FinishReason, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest, RoundOutcome,
 };
-use tokio::sync::mpsc;
 
 use crate::common::{doc, profile, StaticBackend};
 
@@ -63,18 +61,7 @@ async fn rollout(
     ScriptedEngine,
 ) {
     let engine = ScriptedEngine::new(scripts).with_special_tokens(&["<|im_start|>", "<|im_end|>"]);
-    let ctx = RolloutContext {
-        engine: Arc::new(engine.clone()),
-        search: crate::common::dispatcher(backend()),
-        profile: Arc::new(profile),
-    };
-    let (tx, mut rx) = mpsc::channel(4096);
-    let result = run(&ctx, &req, &tx).await;
-    drop(tx);
-    let mut events = Vec::new();
-    while let Some(e) = rx.recv().await {
-        events.push(e);
-    }
+    let (result, events) = crate::common::run_scripted(&engine, profile, backend(), &req).await;
     (result, events, engine)
 }
 
