@@ -236,7 +236,8 @@ async fn main() -> anyhow::Result<()> {
     let mut config = Config::default();
     config.search.index = args.index;
     let metrics = Arc::new(Metrics::new());
-    let mut search = seeker::search::dispatcher_from_config(&config.search, |_| None)?;
+    let mut search =
+        seeker::search::dispatcher_from_config(&config.search, &config.pages, |_| None)?;
     let fixed = BackendLimits {
         retries: 0,
         ..BackendLimits::default()

@@ -25,6 +25,7 @@ pub struct Config {
     pub search: SearchConfig,
     pub policy: PolicyConfig,
     pub generation: GenerationConfig,
+    pub pages: PagesConfig,
 }
 
 /// `[server]`: where to listen, who may call, and how much load to take.
@@ -262,6 +263,103 @@ impl Default for SearchConfig {
     }
 }
 
+/// `[pages]`: the page reader behind page actions (`<access>`, `visit`).
+/// Corpus documents always open; web pages only with `web = true`. What the
+/// checks protect against: README "Reading pages".
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PagesConfig {
+    /// Fetch http(s) pages (default off).
+    pub web: bool,
+    /// Deadline of one page, redirects and reading included, milliseconds.
+    pub timeout_ms: u64,
+    /// Bytes of a body read at most.
+    pub max_bytes: usize,
+    /// Redirects followed.
+    pub max_redirects: usize,
+    /// Fetches in flight across all requests.
+    pub concurrency: usize,
+    /// Fetches started per second per host; 0 = no limit.
+    pub host_requests_per_second: u32,
+    /// Seconds a page stays cached; 0 turns the cache off.
+    pub cache_ttl_s: u64,
+    /// Bytes the page cache holds.
+    pub cache_max_bytes: u64,
+    /// Only these hosts when non-empty: `example.org` or `*.example.org`.
+    pub allow_hosts: Vec<String>,
+    /// Never these hosts (same forms).
+    pub deny_hosts: Vec<String>,
+    /// Networks (CIDR) allowed although private, loopback or link-local.
+    pub allow_networks: Vec<String>,
+    /// Networks (CIDR) refused besides the built-in ranges.
+    pub deny_networks: Vec<String>,
+}
+
+impl Default for PagesConfig {
+    fn default() -> Self {
+        let d = crate::pages::PageSettings::default();
+        Self {
+            web: d.web,
+            timeout_ms: d.timeout.as_millis() as u64,
+            max_bytes: d.max_bytes,
+            max_redirects: d.max_redirects,
+            concurrency: d.concurrency,
+            host_requests_per_second: d.host_requests_per_second,
+            cache_ttl_s: d.cache_ttl.as_secs(),
+            cache_max_bytes: d.cache_max_bytes,
+            allow_hosts: Vec::new(),
+            deny_hosts: Vec::new(),
+            allow_networks: Vec::new(),
+            deny_networks: Vec::new(),
+        }
+    }
+}
+
+impl PagesConfig {
+    /// The reader's settings.
+    ///
+    /// # Errors
+    /// A network that is not CIDR notation, or a zero timeout or byte cap.
+    pub fn settings(&self) -> Result<crate::pages::PageSettings, ConfigError> {
+        let nets = |key: &str, list: &[String]| {
+            list.iter()
+                .map(|n| {
+                    n.parse::<ipnet::IpNet>()
+                        .or_else(|_| n.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                        .map_err(|_| {
+                            ConfigError::Invalid(format!(
+                                "pages.{key}: {n:?} is not a network such as 10.0.0.0/8 or an address"
+                            ))
+                        })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        if self.timeout_ms == 0 || self.max_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "pages.timeout_ms and pages.max_bytes must be positive".into(),
+            ));
+        }
+        let hosts = |list: &[String]| list.iter().map(|h| h.trim().to_ascii_lowercase()).collect();
+        Ok(crate::pages::PageSettings {
+            web: self.web,
+            timeout: std::time::Duration::from_millis(self.timeout_ms),
+            max_bytes: self.max_bytes,
+            max_redirects: self.max_redirects,
+            concurrency: self.concurrency.max(1),
+            host_requests_per_second: self.host_requests_per_second,
+            cache_ttl: std::time::Duration::from_secs(self.cache_ttl_s),
+            cache_max_bytes: self.cache_max_bytes,
+            policy: crate::pages::UrlPolicy {
+                allow_hosts: hosts(&self.allow_hosts),
+                deny_hosts: hosts(&self.deny_hosts),
+                allow_networks: nets("allow_networks", &self.allow_networks)?,
+                deny_networks: nets("deny_networks", &self.deny_networks)?,
+            },
+            ..crate::pages::PageSettings::default()
+        })
+    }
+}
+
 /// What a configured backend talks to.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
@@ -433,6 +531,7 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.pages.settings()?;
         if self.server.max_body_bytes < 1024 {
             return Err(ConfigError::Invalid(
                 "server.max_body_bytes must be at least 1024".into(),

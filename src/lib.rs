@@ -35,6 +35,9 @@
 //!   a round at once: limits, retries, shared cache), `bm25` (the local tantivy
 //!   index), `web` (Bing v7 shape, SearXNG), `retriever` (the Search-R1
 //!   retriever protocol), `clean` (snippet clean-up), `setup` (from config).
+//! - [`pages`]: page actions: `guard` (what may be fetched: schemes, hosts,
+//!   every resolved address) and `reader` (fetch, readable text, cache; corpus
+//!   documents by id or title).
 //! - [`metrics`]: every Prometheus metric, one registry per server.
 //! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags).
 //! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1 and
@@ -49,6 +52,7 @@ pub mod engine;
 pub mod eval;
 pub mod logging;
 pub mod metrics;
+pub mod pages;
 pub mod profile;
 pub mod pyjson;
 pub mod rollout;

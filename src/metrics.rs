@@ -64,6 +64,17 @@ pub struct Metrics {
     pub search_retries: IntCounterVec,
     /// `seeker_search_cache_hits_total{backend}`: queries served by the shared cache.
     pub search_cache_hits: IntCounterVec,
+    /// `seeker_page_fetches_total{outcome}`: pages a page action asked for:
+    /// `ok` (a web page read), `corpus` (a corpus document opened), or why
+    /// not ([`crate::pages::PageError::kind`]: `refused`, `disabled`,
+    /// `not_found`, `unsupported`, `http_status`, `timeout`, `redirect`,
+    /// `connection`).
+    pub page_fetches: IntCounterVec,
+    /// `seeker_page_fetch_duration_seconds`: opening one page, cache hits and
+    /// refusals included.
+    pub page_fetch_duration: Histogram,
+    /// `seeker_page_bytes_total`: bytes of readable text returned by opened pages.
+    pub page_bytes: IntCounter,
     /// `seeker_client_disconnects_total{phase}`: requests whose client left
     /// before the response was finished.
     pub client_disconnects: IntCounterVec,
@@ -228,6 +239,20 @@ impl Metrics {
                 "Queries answered by the shared search cache.",
                 &["backend"],
             ),
+            page_fetches: counter_vec(
+                "seeker_page_fetches_total",
+                "Pages asked for by page actions, by outcome (ok, corpus, or why not).",
+                &["outcome"],
+            ),
+            page_fetch_duration: histogram(
+                "seeker_page_fetch_duration_seconds",
+                "Time to open one page, refusals and cache hits included.",
+                LATENCY_BUCKETS,
+            ),
+            page_bytes: counter(
+                "seeker_page_bytes_total",
+                "Bytes of readable text returned by opened pages.",
+            ),
             client_disconnects: counter_vec(
                 "seeker_client_disconnects_total",
                 "Requests whose client left before the response finished, by phase.",
@@ -315,6 +340,9 @@ impl Metrics {
             Box::new(m.search_errors.clone()),
             Box::new(m.search_retries.clone()),
             Box::new(m.search_cache_hits.clone()),
+            Box::new(m.page_fetches.clone()),
+            Box::new(m.page_fetch_duration.clone()),
+            Box::new(m.page_bytes.clone()),
             Box::new(m.client_disconnects.clone()),
             Box::new(m.request_timeouts.clone()),
             Box::new(m.prompt_tokens_cached.clone()),

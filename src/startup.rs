@@ -38,7 +38,7 @@ pub fn app_state(
             profiles.keys().cloned().collect::<Vec<_>>().join(", ")
         );
     }
-    let search = crate::search::dispatcher_from_config(&config.search, &env)?;
+    let search = crate::search::dispatcher_from_config(&config.search, &config.pages, &env)?;
     tracing::info!(
         backends = %search.backend_names().join(", "),
         default = search.default_backend(),

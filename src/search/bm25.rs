@@ -403,6 +403,98 @@ impl Bm25Index {
     }
 }
 
+/// A corpus document opened whole by a page action.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Article {
+    /// The id of its first passage.
+    pub id: String,
+    pub title: String,
+    /// Every passage with that title, in corpus order, joined by blank lines.
+    pub text: String,
+}
+
+/// Passages of one title joined into an article, at most.
+const MAX_ARTICLE_PASSAGES: usize = 200;
+
+impl Bm25Index {
+    /// Opens a document by its `id`, or else by its title (exact, ignoring
+    /// case): the article is every passage sharing that title (corpora split
+    /// Wikipedia articles into passages), in corpus order, at most 200.
+    /// Synchronous: call it off the async runtime.
+    ///
+    /// # Errors
+    /// Only tantivy I/O errors on a damaged index.
+    pub fn article(&self, locator: &str) -> Result<Option<Article>, IndexError> {
+        let locator = locator.trim();
+        if locator.is_empty() {
+            return Ok(None);
+        }
+        let searcher = self.reader.searcher();
+        let text_of = |doc: &TantivyDocument, field: Field| {
+            doc.get_first(field)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        let by_id = TermQuery::new(
+            Term::from_field_text(self.fields.id, locator),
+            IndexRecordOption::Basic,
+        );
+        let title = match searcher
+            .search(&by_id, &TopDocs::with_limit(1).order_by_score())?
+            .first()
+        {
+            Some((_, address)) => text_of(&searcher.doc(*address)?, self.fields.title),
+            None => locator.to_string(),
+        };
+        // Every title term must match; exact equality is checked after.
+        let mut analyzer = self.index.tokenizer_for_field(self.fields.title)?;
+        let mut stream = analyzer.token_stream(&title);
+        let mut clauses: Vec<(Occur, Box<dyn Query>)> = Vec::new();
+        while let Some(token) = stream.next() {
+            let term = Term::from_field_text(self.fields.title, &token.text);
+            clauses.push((
+                Occur::Must,
+                Box::new(TermQuery::new(term, IndexRecordOption::Basic)),
+            ));
+        }
+        let mut passages = Vec::new();
+        if clauses.is_empty() {
+            // A title without indexable words ("0" is one): the id match only.
+            if let Some((_, address)) = searcher
+                .search(&by_id, &TopDocs::with_limit(1).order_by_score())?
+                .first()
+            {
+                passages.push((*address, searcher.doc::<TantivyDocument>(*address)?));
+            }
+        } else {
+            let query = BooleanQuery::new(clauses);
+            for (_, address) in searcher.search(
+                &query,
+                &TopDocs::with_limit(MAX_ARTICLE_PASSAGES).order_by_score(),
+            )? {
+                let doc: TantivyDocument = searcher.doc(address)?;
+                if text_of(&doc, self.fields.title).to_lowercase() == title.to_lowercase() {
+                    passages.push((address, doc));
+                }
+            }
+        }
+        passages.sort_by_key(|(address, _)| (address.segment_ord, address.doc_id));
+        let Some((_, first)) = passages.first() else {
+            return Ok(None);
+        };
+        Ok(Some(Article {
+            id: text_of(first, self.fields.id),
+            title: text_of(first, self.fields.title),
+            text: passages
+                .iter()
+                .map(|(_, d)| text_of(d, self.fields.text))
+                .collect::<Vec<_>>()
+                .join("\n\n"),
+        }))
+    }
+}
+
 /// [`SearchBackend`] over a shared [`Bm25Index`]: each query runs on tokio's
 /// blocking pool, so a slow query never stalls the async runtime; the
 /// dispatcher runs a round's queries concurrently.
@@ -458,6 +550,19 @@ mod tests {
             sha256_file(&corpus).unwrap()
         );
         (dir, index)
+    }
+
+    #[test]
+    fn a_document_opens_by_id_or_exact_title() {
+        let (_dir, index) = small_index();
+        let paris = index.article("1").unwrap().unwrap();
+        assert_eq!((paris.id.as_str(), paris.title.as_str()), ("1", "Paris"));
+        assert_eq!(paris.text, "Paris is the capital of France.");
+        let mona = index.article(" mona lisa ").unwrap().unwrap();
+        assert_eq!(mona.id, "0");
+        assert!(mona.text.starts_with("The Mona Lisa"));
+        assert_eq!(index.article("Mona").unwrap(), None);
+        assert_eq!(index.article("").unwrap(), None);
     }
 
     #[test]

@@ -30,6 +30,7 @@ use unicode_normalization::UnicodeNormalization;
 use super::clean::{collapse_whitespace, strip_html, truncate_chars};
 use super::{Document, SearchBackend, SearchError};
 use crate::metrics::Metrics;
+use crate::pages::PageReader;
 
 /// First retry delay before jitter; doubles per attempt.
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
@@ -137,6 +138,7 @@ pub struct Dispatcher {
     config: DispatchConfig,
     cache: Option<moka::future::Cache<CacheKey, Arc<Vec<Document>>>>,
     metrics: Arc<Metrics>,
+    pages: Option<Arc<PageReader>>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -174,7 +176,20 @@ impl Dispatcher {
             config,
             cache,
             metrics: Arc::new(Metrics::new()),
+            pages: None,
         }
+    }
+
+    /// Opens pages for page actions with `reader` (built on this
+    /// dispatcher's [`Dispatcher::metrics`]).
+    pub fn set_pages(&mut self, reader: PageReader) {
+        self.pages = Some(Arc::new(reader));
+    }
+
+    /// The page reader, when one is configured; without one, page actions
+    /// get the policy's failure text.
+    pub fn pages(&self) -> Option<&PageReader> {
+        self.pages.as_deref()
     }
 
     /// Entries and bytes the shared cache holds now (after its pending

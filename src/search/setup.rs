@@ -5,17 +5,20 @@ use std::time::Duration;
 
 use super::dispatch::{BackendLimits, DispatchConfig, Dispatcher};
 use super::{bm25, retriever, web, SearchBackend};
-use crate::config::{BackendKind, SearchConfig};
+use crate::config::{BackendKind, PagesConfig, SearchConfig};
+use crate::pages::PageReader;
 
 /// The dispatcher for a `[search]` config: the built-in `tantivy` index plus
-/// every `[search.backends.NAME]`, with `search.default` as the default.
-/// `env` looks up API keys by the variable names the config gives.
+/// every `[search.backends.NAME]`, with `search.default` as the default, and
+/// the page reader of `[pages]` (which opens the built-in index's documents
+/// too). `env` looks up API keys by the variable names the config gives.
 ///
 /// # Errors
-/// An index that does not open, or a Bing backend whose key variable is unset
-/// (named in the message; the key itself never is).
+/// An index that does not open, a Bing backend whose key variable is unset
+/// (named in the message; the key itself never is), invalid `[pages]`.
 pub fn dispatcher_from_config(
     config: &SearchConfig,
+    pages: &PagesConfig,
     env: impl Fn(&str) -> Option<String>,
 ) -> anyhow::Result<Dispatcher> {
     let mut d = Dispatcher::new(DispatchConfig {
@@ -26,18 +29,34 @@ pub fn dispatcher_from_config(
         cache_max_bytes: config.cache_max_bytes,
         max_document_chars: config.max_document_chars,
     });
-    let open = |path: &std::path::Path| -> anyhow::Result<Arc<dyn SearchBackend>> {
+    let open_index = |path: &std::path::Path| -> anyhow::Result<Arc<bm25::Bm25Index>> {
         let index = bm25::Bm25Index::open(path)?;
         tracing::info!(index = %path.display(), documents = index.num_docs(), "search index ready");
-        Ok(Arc::new(bm25::Bm25Backend::new(Arc::new(index))))
+        Ok(Arc::new(index))
+    };
+    let open = |path: &std::path::Path| -> anyhow::Result<Arc<dyn SearchBackend>> {
+        Ok(Arc::new(bm25::Bm25Backend::new(open_index(path)?)))
     };
     let local = BackendLimits {
         concurrency: std::thread::available_parallelism().map_or(2, |n| n.get()),
         retries: 0,
         ..BackendLimits::default()
     };
-    let built_in = open(&config.index).map_err(|e| anyhow::anyhow!("search.index: {e}"))?;
-    d.add("tantivy", built_in, local.clone());
+    let index = open_index(&config.index).map_err(|e| anyhow::anyhow!("search.index: {e}"))?;
+    d.add(
+        "tantivy",
+        Arc::new(bm25::Bm25Backend::new(Arc::clone(&index))),
+        local.clone(),
+    );
+    let settings = pages.settings()?;
+    tracing::info!(
+        web = settings.web,
+        allow_hosts = settings.policy.allow_hosts.len(),
+        allow_networks = settings.policy.allow_networks.len(),
+        "page reader ready"
+    );
+    let reader = PageReader::new(settings, Arc::clone(d.metrics()))?.with_corpus("tantivy", index);
+    d.set_pages(reader);
     for (name, b) in &config.backends {
         let url = b.url.clone().unwrap_or_default();
         let limits = BackendLimits {

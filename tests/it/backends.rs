@@ -729,14 +729,14 @@ fn backends_come_from_the_config_and_a_missing_key_names_its_variable() {
         backends: [("bing".to_string(), bing)].into(),
         ..SearchConfig::default()
     };
-    let err = seeker::search::dispatcher_from_config(&config, |_| None)
+    let err = seeker::search::dispatcher_from_config(&config, &Default::default(), |_| None)
         .unwrap_err()
         .to_string();
     assert!(
         err.contains("MY_BING_KEY") && err.contains("not set"),
         "{err}"
     );
-    let d = seeker::search::dispatcher_from_config(&config, |var| {
+    let d = seeker::search::dispatcher_from_config(&config, &Default::default(), |var| {
         (var == "MY_BING_KEY").then(|| "k".to_string())
     })
     .unwrap();
