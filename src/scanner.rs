@@ -30,6 +30,13 @@ pub enum TagKind {
     AnswerClose,
     /// Opens a document block (`<information>`): only the server may write one.
     DocumentsOpen,
+    /// Opens a page action (`<access>`).
+    PageOpen,
+    /// Closes a page action (`</access>`).
+    PageClose,
+    /// Ends the round wherever it appears, kept (ASearcher's `</think>` after
+    /// a page chunk, while more chunks wait).
+    Pause,
 }
 
 /// The region generated text belongs to.
@@ -41,6 +48,8 @@ pub enum Region {
     Query,
     /// Inside the answer tags.
     Answer,
+    /// Inside a page action: the URL or document to open.
+    Page,
 }
 
 /// Why a round ended.
@@ -56,6 +65,10 @@ pub enum RoundEnd {
     Unmatched(TagKind),
     /// The model started writing a document block itself; the round is cut before it.
     DocumentsOpened,
+    /// A page action was closed; the raw text between its tags.
+    Page(String),
+    /// The pause string appeared (see [`TagKind::Pause`]); it is kept.
+    Pause,
 }
 
 /// One thing the scanner saw.
@@ -101,6 +114,27 @@ impl TagSet {
         tags.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
         let longest = tags.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
         Self { tags, longest }
+    }
+
+    /// Adds a page action's tags (empty strings are ignored).
+    pub fn with_pages(self, open: &str, close: &str) -> Self {
+        self.with(&[(open, TagKind::PageOpen), (close, TagKind::PageClose)])
+    }
+
+    /// Adds a pause string (see [`TagKind::Pause`]); empty is ignored.
+    pub fn with_pause(self, pause: &str) -> Self {
+        self.with(&[(pause, TagKind::Pause)])
+    }
+
+    fn with(mut self, more: &[(&str, TagKind)]) -> Self {
+        for (s, k) in more {
+            if !s.is_empty() {
+                self.tags.push((s.to_string(), *k));
+            }
+        }
+        self.tags.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
+        self.longest = self.tags.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
+        self
     }
 
     /// The earliest complete tag in `text`: (byte offset, byte length, kind).
@@ -312,12 +346,12 @@ impl TagScanner {
 
     fn on_tag(&mut self, kind: TagKind, tag: &str, out: &mut Vec<ScanEvent>) {
         let end = match kind {
-            TagKind::QueryOpen | TagKind::AnswerOpen => {
+            TagKind::QueryOpen | TagKind::AnswerOpen | TagKind::PageOpen => {
                 self.kept.push_str(tag);
-                self.region = if kind == TagKind::QueryOpen {
-                    Region::Query
-                } else {
-                    Region::Answer
+                self.region = match kind {
+                    TagKind::QueryOpen => Region::Query,
+                    TagKind::PageOpen => Region::Page,
+                    _ => Region::Answer,
                 };
                 self.content.clear();
                 out.push(ScanEvent::Open(self.region));
@@ -329,7 +363,13 @@ impl TagScanner {
             TagKind::AnswerClose if self.region == Region::Answer => {
                 RoundEnd::Answer(std::mem::take(&mut self.content))
             }
-            TagKind::QueryClose | TagKind::AnswerClose => RoundEnd::Unmatched(kind),
+            TagKind::PageClose if self.region == Region::Page => {
+                RoundEnd::Page(std::mem::take(&mut self.content))
+            }
+            TagKind::QueryClose | TagKind::AnswerClose | TagKind::PageClose => {
+                RoundEnd::Unmatched(kind)
+            }
+            TagKind::Pause => RoundEnd::Pause,
             // The document tag itself is not kept: the round is cut before it.
             TagKind::DocumentsOpen => {
                 self.ended = true;
@@ -414,6 +454,59 @@ mod tests {
         }
         let per_byte = scan_pieces(bytes.chunks(1));
         assert_eq!(per_byte, whole, "one byte per piece of {input:?}");
+    }
+
+    #[test]
+    fn a_page_action_ends_the_round_with_its_target_at_any_split() {
+        let tags = search_r1().with_pages("<access>", "</access>");
+        let written = "I will read it. <access> https://a.org/x </access> never kept";
+        for cut in 0..=written.len() {
+            let mut s = TagScanner::new(tags.clone());
+            let mut out = Vec::new();
+            s.push_bytes(&written.as_bytes()[..cut], &mut out);
+            s.push_bytes(&written.as_bytes()[cut..], &mut out);
+            s.finish(&mut out);
+            let out = merge(out);
+            assert_eq!(
+                out,
+                vec![
+                    text(Region::Reasoning, "I will read it. "),
+                    ScanEvent::Open(Region::Page),
+                    text(Region::Page, " https://a.org/x "),
+                    ScanEvent::End(RoundEnd::Page(" https://a.org/x ".into())),
+                ],
+                "cut at {cut}"
+            );
+            assert_eq!(
+                s.kept_text(),
+                "I will read it. <access> https://a.org/x </access>"
+            );
+        }
+        // A closing page tag without its opening tag is an invalid action.
+        let mut s = TagScanner::new(tags);
+        let mut out = Vec::new();
+        s.push("oops </access>", &mut out);
+        assert_eq!(
+            out.last(),
+            Some(&ScanEvent::End(RoundEnd::Unmatched(TagKind::PageClose)))
+        );
+    }
+
+    #[test]
+    fn the_pause_string_ends_the_round_in_any_region_and_is_kept() {
+        let tags = search_r1().with_pause("</think>");
+        for input in ["page 1 says X.</think>\n<search>", "<answer> X</think>"] {
+            let mut s = TagScanner::new(tags.clone());
+            let mut out = Vec::new();
+            s.push(input, &mut out);
+            assert_eq!(
+                out.last(),
+                Some(&ScanEvent::End(RoundEnd::Pause)),
+                "{input}"
+            );
+            let end = input.find("</think>").unwrap() + "</think>".len();
+            assert_eq!(s.kept_text(), &input[..end]);
+        }
     }
 
     #[test]

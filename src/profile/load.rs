@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::{
-    AnswerFallback, Profile, ProfileError, PromptFormat, QuestionSearch, RoundCap, SpliceFormat,
-    ToolRender, Tools,
+    AnswerFallback, Pages, Profile, ProfileError, PromptFormat, QuestionSearch, RoundCap,
+    SpliceFormat, ToolRender, Tools,
 };
 use crate::template::Template;
 
@@ -21,7 +21,7 @@ const BLOCK_FIELDS: &[&str] = &["docs"];
 /// `_py` forms are Python's `repr()` of the string (quotes included), for
 /// policies whose tool results are printed Python lists (DeepResearcher).
 const DOCUMENT_FIELDS: &[&str] = &[
-    "i", "id", "title", "text", "url", "title_py", "text_py", "url_py",
+    "i", "id", "title", "text", "url", "link", "title_py", "text_py", "url_py",
 ];
 /// Fields of the failed-search text.
 const FAILED_FIELDS: &[&str] = &["reason"];
@@ -29,6 +29,10 @@ const FAILED_FIELDS: &[&str] = &["reason"];
 const RESPONSE_FIELDS: &[&str] = &["result", "call", "name"];
 /// Fields of one query's part of a search call's result.
 const QUERY_BLOCK_FIELDS: &[&str] = &["query", "docs", "n", "query_py"];
+/// Fields of one page chunk's splice.
+const CHUNK_FIELDS: &[&str] = &["n", "text", "url", "title"];
+/// Fields of a page that could not be opened.
+const PAGE_FAILED_FIELDS: &[&str] = &["reason", "url"];
 /// Fields of a failed tool call's result.
 const ERROR_FIELDS: &[&str] = &["error"];
 
@@ -46,6 +50,23 @@ struct ProfileFile {
     rollout: RolloutSpec,
     #[serde(default)]
     tools: Option<ToolsSpec>,
+    #[serde(default)]
+    pages: Option<PagesSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PagesSpec {
+    open: String,
+    close: String,
+    chunk: String,
+    chunk_chars: usize,
+    max_chunks: usize,
+    failed: String,
+    #[serde(default)]
+    pause: String,
+    #[serde(default)]
+    short_chars: usize,
 }
 
 #[derive(Debug, Deserialize)]
@@ -309,6 +330,40 @@ impl Profile {
                 })
             })
             .transpose()?;
+        let pages = match raw.pages {
+            None => None,
+            Some(_) if tools.is_some() => {
+                return Err(invalid(
+                    "pages",
+                    "a tool-calling profile reads pages through its visit function",
+                ))
+            }
+            Some(pg) => {
+                if pg.open.trim().is_empty() || pg.close.trim().is_empty() {
+                    return Err(invalid("pages.open", "the page tags must not be empty"));
+                }
+                if pg.chunk_chars == 0 || pg.max_chunks == 0 {
+                    return Err(invalid(
+                        "pages.chunk_chars",
+                        "chunk_chars and max_chunks must be at least 1",
+                    ));
+                }
+                Some(Pages {
+                    chunk: template("pages.chunk", &pg.chunk, CHUNK_FIELDS)?,
+                    failed: template("pages.failed", &pg.failed, PAGE_FAILED_FIELDS)?,
+                    open: pg.open,
+                    close: pg.close,
+                    chunk_chars: pg.chunk_chars,
+                    max_chunks: pg.max_chunks,
+                    pause: pg.pause,
+                    short_chars: pg.short_chars,
+                })
+            }
+        };
+        let page_tags: Vec<String> = pages
+            .as_ref()
+            .map(|p| vec![p.open.clone(), p.close.clone()])
+            .unwrap_or_default();
         let mut control_tags: Vec<String> = [
             &raw.tags.query_open,
             &raw.tags.query_close,
@@ -318,6 +373,7 @@ impl Profile {
         ]
         .into_iter()
         .chain(&raw.tags.stop)
+        .chain(&page_tags)
         .cloned()
         .chain(
             BLOCK_TAG
@@ -369,6 +425,7 @@ impl Profile {
             search_question_first: raw.rollout.search_question_first,
             answer_fallback: raw.rollout.answer_fallback,
             tools,
+            pages,
         })
     }
 

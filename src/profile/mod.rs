@@ -27,6 +27,7 @@ use crate::search::Document;
 use crate::template::{Template, TemplateError};
 pub use text::defuse;
 pub(crate) use text::last_boxed;
+pub use text::PageChunk;
 pub use tools::{CallPlan, ToolResult};
 
 /// How the prompt reaches the model.
@@ -152,6 +153,34 @@ pub struct Tools {
     /// A call that cannot run (`{error}`: bad JSON, unknown function, a
     /// missing or mistyped argument).
     pub(super) error: Template,
+}
+
+/// The page action of a profile (`[pages]`): the model names a URL (or a
+/// corpus document) between two tags, seeker opens it and splices its text
+/// in chunks (ASearcher's `<access> url </access>`).
+#[derive(Clone, Debug)]
+pub struct Pages {
+    /// Opens the action (`<access>`).
+    pub open: String,
+    /// Closes it (`</access>`); generation stops here as at `query_close`.
+    pub close: String,
+    /// One chunk's splice (`{n}`: the chunk's number from 1, `{text}`,
+    /// `{url}`, `{title}`).
+    pub(super) chunk: Template,
+    /// Characters per chunk (ASearcher: 25,000).
+    pub chunk_chars: usize,
+    /// Chunks spliced at most; the rest of the page is dropped (ASearcher: 10).
+    pub max_chunks: usize,
+    /// Spliced when the page cannot be opened (`{reason}`, `{url}`).
+    pub(super) failed: Template,
+    /// After a chunk with more to come, generation stops at this string (kept
+    /// in the transcript) and the next chunk follows (ASearcher: `</think>`);
+    /// empty splices all chunks at once.
+    pub pause: String,
+    /// Once the model has read a chunk (its next round ended), the chunk is
+    /// rendered again with its text cut to this many characters in every
+    /// later prompt (ASearcher's `short_text`: 100); 0 keeps it whole.
+    pub short_chars: usize,
 }
 
 /// A profile could not be loaded.
@@ -280,6 +309,8 @@ pub struct Profile {
     /// The functions the policy calls, for tool-calling profiles; `None` for
     /// text-tag profiles.
     pub tools: Option<Tools>,
+    /// The page action, for profiles that read pages; `None` otherwise.
+    pub pages: Option<Pages>,
     /// Tags a document must not carry verbatim: query, answer and document
     /// tags, stop strings, and every `<...>` tag in `splice.block` (those with
     /// an angle bracket).

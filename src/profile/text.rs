@@ -8,6 +8,16 @@ use crate::engine::{ChatTurn, Role};
 use crate::pyjson::{dumps_indent2, py_repr, PyValue};
 use crate::scanner::TagSet;
 
+/// One chunk of an opened page, as spliced.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageChunk {
+    /// What the model reads right after the page action.
+    pub full: String,
+    /// What later prompts carry instead, once the chunk was read
+    /// (`pages.short_chars`); `None` keeps the full chunk.
+    pub short: Option<String>,
+}
+
 impl Profile {
     /// The question as the policy saw it in training: stripped, with a trailing
     /// `?` added when `question_mark` is set and none is there (Search-R1).
@@ -97,13 +107,89 @@ impl Profile {
         } else {
             (self.query_open.as_str(), self.query_close.as_str())
         };
-        TagSet::new(
+        let tags = TagSet::new(
             open,
             close,
             &self.answer_open,
             &self.answer_close,
             &self.documents_open,
-        )
+        );
+        match &self.pages {
+            Some(p) => tags.with_pages(&p.open, &p.close),
+            None => tags,
+        }
+    }
+
+    /// The tags of a round that reads a page chunk while more wait: the
+    /// usual ones plus the pause string.
+    pub fn reading_tag_set(&self) -> TagSet {
+        match &self.pages {
+            Some(p) => self.tag_set().with_pause(&p.pause),
+            None => self.tag_set(),
+        }
+    }
+
+    /// The chunks an opened page is spliced as (see [`super::Pages`]): its
+    /// text cut to `chunk_chars × max_chunks` characters, split every
+    /// `chunk_chars`, each rendered with `pages.chunk`; with `short_chars`,
+    /// also each chunk's short form. Text is defused like documents (this
+    /// profile's tags, then `also`). Empty for a profile without pages or a
+    /// page without text.
+    pub fn page_chunks(
+        &self,
+        url: &str,
+        title: &str,
+        text: &str,
+        also: &[String],
+    ) -> Vec<PageChunk> {
+        let Some(pages) = &self.pages else {
+            return Vec::new();
+        };
+        let clean = |t: &str| defuse(&self.neutralise(t), also).into_owned();
+        let (url, title) = (clean(url), clean(title));
+        let text = clean(text);
+        let mut chunks = Vec::new();
+        let mut rest = text.as_str();
+        while !rest.is_empty() && chunks.len() < pages.max_chunks {
+            let cut = rest
+                .char_indices()
+                .nth(pages.chunk_chars)
+                .map_or(rest.len(), |(i, _)| i);
+            let (piece, after) = rest.split_at(cut);
+            let n = (chunks.len() + 1).to_string();
+            let render = |t: &str| {
+                pages.chunk.render(&[
+                    ("n", n.as_str()),
+                    ("text", t),
+                    ("url", url.as_str()),
+                    ("title", title.as_str()),
+                ])
+            };
+            let short = (pages.short_chars > 0).then(|| {
+                let end = piece
+                    .char_indices()
+                    .nth(pages.short_chars)
+                    .map_or(piece.len(), |(i, _)| i);
+                render(&piece[..end])
+            });
+            chunks.push(PageChunk {
+                full: render(piece),
+                short,
+            });
+            rest = after;
+        }
+        chunks
+    }
+
+    /// What is spliced for a page that could not be opened (`pages.failed`).
+    pub fn page_failed(&self, url: &str, reason: &str, also: &[String]) -> String {
+        let Some(pages) = &self.pages else {
+            return String::new();
+        };
+        let clean = |t: &str| defuse(&self.neutralise(t), also).into_owned();
+        pages
+            .failed
+            .render(&[("reason", &clean(reason)), ("url", &clean(url))])
     }
 
     /// Strings at which the engine should stop: the closing tags and the
@@ -115,6 +201,9 @@ impl Profile {
         let mut stops = vec![self.answer_close.clone()];
         if self.tools.is_none() {
             stops.insert(0, self.query_close.clone());
+        }
+        if let Some(p) = &self.pages {
+            stops.insert(1, p.close.clone());
         }
         stops.extend(self.stop.iter().cloned());
         stops
@@ -201,6 +290,7 @@ impl Profile {
                     "title" => out.push_str(&clean(&doc.title)),
                     "text" => out.push_str(&clean(&doc.text)),
                     "url" => out.push_str(doc.url.as_deref().unwrap_or("")),
+                    "link" => out.push_str(&clean(doc.url.as_deref().unwrap_or(&doc.id))),
                     "title_py" => out.push_str(&py_repr(&clean(&doc.title))),
                     "text_py" => out.push_str(&py_repr(&clean(&doc.text))),
                     "url_py" => out.push_str(&py_repr(doc.url.as_deref().unwrap_or(""))),

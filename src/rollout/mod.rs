@@ -30,7 +30,7 @@
 
 mod answer;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -40,8 +40,8 @@ use crate::engine::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, GenerationParams, Role,
 };
 use crate::profile::{
-    defuse, AnswerFallback, CallPlan, Profile, PromptText, QueryOutcome, QuestionSearch, RoundCap,
-    ToolResult,
+    defuse, AnswerFallback, CallPlan, PageChunk, Profile, PromptText, QueryOutcome, QuestionSearch,
+    RoundCap, ToolResult,
 };
 use crate::scanner::{Region, RoundEnd, ScanEvent, TagScanner};
 use crate::search::dispatch::{Dispatcher, QueryResult};
@@ -99,6 +99,8 @@ pub enum RolloutEvent {
     },
     /// Documents for one query (empty on failure, with `error`).
     Results(QueryRecord),
+    /// A page action opened a page (or could not).
+    OpenPage(PageRecord),
     /// A generation round (from 1) ended: how, and what it cost. Comes after
     /// the round's search results and splice, before the next round's text.
     RoundEnd {
@@ -173,6 +175,35 @@ impl QueryRecord {
     }
 }
 
+/// A page action and what it opened.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PageRecord {
+    /// Generation round.
+    pub round: usize,
+    /// The target as the model wrote it (stripped): a URL or a corpus
+    /// document's id or title.
+    pub target: String,
+    /// The URL read (after redirects) or the corpus document's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The page's title.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub title: String,
+    /// `web`, or the corpus backend's name.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub source: String,
+    /// Characters of readable text the page had.
+    pub chars: usize,
+    /// Chunks spliced (the profile's `pages.max_chunks` at most).
+    pub chunks: usize,
+    /// Why the page was not opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The same as a bounded label ([`crate::pages::PageError::kind`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<&'static str>,
+}
+
 /// How a round ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -189,6 +220,11 @@ pub enum RoundOutcome {
     Eos,
     /// The token budget or the context ran out.
     Length,
+    /// A page action (run, or not run past the round cap).
+    Page,
+    /// The model read a page chunk and paused (the profile's `pages.pause`);
+    /// the next chunk followed.
+    Read,
 }
 
 /// One generation round, for `return_transcript`.
@@ -204,6 +240,9 @@ pub struct RoundRecord {
     pub notes: Vec<String>,
     /// Per query, in order.
     pub results: Vec<QueryRecord>,
+    /// The page the round's page action opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page: Option<PageRecord>,
     /// Prompt tokens the engine took from its prefix cache for this round
     /// instead of prefilling them, when it reports that (remote engines).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -313,6 +352,12 @@ struct Rollout<'a> {
     session: u64,
     /// Cached prompt tokens the engine reported for the current round.
     round_cached: Option<usize>,
+    /// Chunks of the open page still to splice, one per round.
+    chunks: VecDeque<PageChunk>,
+    /// The chunk spliced last and not yet read: its byte range in the
+    /// transcript and its short form, put in its place once the next round
+    /// has ended.
+    unread_chunk: Option<(std::ops::Range<usize>, String)>,
 }
 
 /// Rollout ids, unique in this process.
@@ -346,6 +391,8 @@ impl<'a> Rollout<'a> {
             engine_ran: false,
             session: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             round_cached: None,
+            chunks: VecDeque::new(),
+            unread_chunk: None,
         }
     }
 
@@ -438,11 +485,16 @@ impl<'a> Rollout<'a> {
     async fn run(mut self) -> Result<RolloutOutcome, RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
         let mut continuation = self.start().await?;
-        let mut scanner = TagScanner::new(profile.tag_set());
+        let mut scanner;
         let mut scanned = Vec::new();
         loop {
             let round_number = self.rounds.iter().filter(|r| r.round > 0).count() + 1;
-            scanner.reset();
+            // While page chunks wait, the round also ends at the pause string.
+            scanner = TagScanner::new(if self.chunks.is_empty() {
+                profile.tag_set()
+            } else {
+                profile.reading_tag_set()
+            });
             self.answer_open = false;
             let mut round_tokens = 0;
             let mut end = None;
@@ -480,11 +532,17 @@ impl<'a> Rollout<'a> {
                     0 => usize::MAX,
                     n => n,
                 };
+                let mut stop = profile.stop_strings();
+                if let Some(pages) = profile.pages.as_ref().filter(|_| !self.chunks.is_empty()) {
+                    if !pages.pause.is_empty() {
+                        stop.push(pages.pause.clone());
+                    }
+                }
                 let params = GenerationParams {
                     max_tokens: remaining.min(round_cap),
                     temperature: self.request.temperature,
                     top_p: self.request.top_p,
-                    stop: profile.stop_strings(),
+                    stop,
                     session: Some(self.session),
                 };
                 let prompt = format!("{}{}", self.transcript, scanner.kept_text());
@@ -606,6 +664,23 @@ impl<'a> Rollout<'a> {
             engine_finish,
             tokens,
         } = round;
+        // The chunk spliced before this round has been read: later prompts
+        // carry its short form (ASearcher's `short_text`).
+        if let Some((range, short)) = self.unread_chunk.take() {
+            self.transcript.replace_range(range, &short);
+        }
+        match &end {
+            Some(RoundEnd::Pause) => {
+                self.transcript.push_str(kept);
+                self.record(number, RoundOutcome::Read, tokens);
+                if let Some(chunk) = self.chunks.pop_front() {
+                    self.splice_chunk(chunk).await?;
+                }
+                return Ok(None);
+            }
+            // The model acted before reading the rest of the page.
+            _ => self.chunks.clear(),
+        }
         if self.stop.stopped {
             // A stop string ended the answer.
             self.transcript.push_str(kept);
@@ -658,13 +733,38 @@ impl<'a> Rollout<'a> {
                 }
                 Ok(None)
             }
-            Some(RoundEnd::Answer(_)) | Some(RoundEnd::Query(_)) => {
+            Some(RoundEnd::Page(raw)) if !self.answer.started => {
+                let close = profile.pages.as_ref().map_or("", |p| p.close.as_str());
+                self.transcript.push_str(&profile.round_text(kept, close));
+                if self.calls >= profile.max_searches {
+                    // The round cap: this final round's page action is not run.
+                    self.record(number, RoundOutcome::Page, tokens);
+                    return Ok(Some(FinishReason::Length));
+                }
+                self.calls += 1;
+                let target = raw.trim();
+                if target.is_empty() {
+                    self.record(number, RoundOutcome::NoQuery, tokens);
+                    if profile.no_query.is_empty() {
+                        return Ok(Some(FinishReason::Stop));
+                    }
+                    self.splice(profile.no_query.clone()).await?;
+                } else {
+                    self.open_page(number, target, tokens).await?;
+                }
+                if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
+                    return Ok(Some(FinishReason::Length));
+                }
+                Ok(None)
+            }
+            Some(RoundEnd::Answer(_)) | Some(RoundEnd::Query(_)) | Some(RoundEnd::Page(_)) => {
                 // An answer, or a search call after answer text was already
                 // streamed: the answer stands.
                 self.transcript.push_str(kept);
                 self.record(number, RoundOutcome::Answer, tokens);
                 Ok(Some(FinishReason::Stop))
             }
+            Some(RoundEnd::Pause) => Ok(None),
             Some(RoundEnd::Unmatched(_)) | Some(RoundEnd::DocumentsOpened) => {
                 self.transcript.push_str(kept);
                 self.record(number, RoundOutcome::InvalidAction, tokens);
@@ -801,6 +901,7 @@ impl<'a> Rollout<'a> {
             queries: Vec::new(),
             notes: Vec::new(),
             results: Vec::new(),
+            page: None,
             tokens_generated,
             prompt_tokens_cached: if round > 0 {
                 self.round_cached.take()
@@ -839,7 +940,7 @@ impl<'a> Rollout<'a> {
                 self.emit(RolloutEvent::Reasoning(text)).await?;
             }
             ScanEvent::Text {
-                region: Region::Query,
+                region: Region::Query | Region::Page,
                 text,
             } => self.emit(RolloutEvent::Reasoning(text)).await?,
             ScanEvent::Text {
@@ -854,10 +955,20 @@ impl<'a> Rollout<'a> {
                 let tag = profile.query_open.clone();
                 self.emit(RolloutEvent::Reasoning(tag)).await?;
             }
+            ScanEvent::Open(Region::Page) => {
+                let tag = profile.pages.as_ref().map(|p| p.open.clone());
+                self.emit(RolloutEvent::Reasoning(tag.unwrap_or_default()))
+                    .await?;
+            }
             ScanEvent::Open(_) => self.answer_open = true,
             ScanEvent::End(end) => {
-                if let RoundEnd::Query(_) = &end {
-                    let tag = profile.query_close.clone();
+                let tag = match &end {
+                    RoundEnd::Query(_) => Some(profile.query_close.clone()),
+                    RoundEnd::Page(_) => profile.pages.as_ref().map(|p| p.close.clone()),
+                    RoundEnd::Pause => profile.pages.as_ref().map(|p| p.pause.clone()),
+                    _ => None,
+                };
+                if let Some(tag) = tag {
                     self.emit(RolloutEvent::Reasoning(tag)).await?;
                 }
                 return Ok(Some(end));
@@ -963,6 +1074,7 @@ impl<'a> Rollout<'a> {
             queries,
             notes,
             results: records.clone(),
+            page: None,
             tokens_generated: 0,
             prompt_tokens_cached: if round > 0 {
                 self.round_cached.take()
@@ -971,6 +1083,98 @@ impl<'a> Rollout<'a> {
             },
         });
         Ok(records)
+    }
+
+    /// Opens a page action's target with the dispatcher's page reader,
+    /// reports it, records the round, and splices its first chunk (the rest
+    /// wait, one per round) or the profile's failure text.
+    async fn open_page(
+        &mut self,
+        round: usize,
+        target: &str,
+        tokens: usize,
+    ) -> Result<(), RolloutError> {
+        let profile = Arc::clone(&self.ctx.profile);
+        let specials = self.ctx.engine.special_tokens();
+        let opened = match self.ctx.search.pages() {
+            None => Err(crate::pages::PageError::Disabled),
+            Some(reader) => tokio::select! {
+                () = self.events.closed() => return Err(RolloutError::Cancelled),
+                page = reader.open(target) => page,
+            },
+        };
+        let mut record = PageRecord {
+            round,
+            target: target.to_string(),
+            url: None,
+            title: String::new(),
+            source: String::new(),
+            chars: 0,
+            chunks: 0,
+            error: None,
+            error_kind: None,
+        };
+        let mut chunks: VecDeque<PageChunk> = VecDeque::new();
+        match opened {
+            Ok(page) => {
+                chunks = profile
+                    .page_chunks(&page.url, &page.title, &page.text, specials)
+                    .into();
+                record.url = Some(page.url.clone());
+                record.title = page.title.clone();
+                record.source = page.source.clone();
+                record.chars = page.text.chars().count();
+                record.chunks = chunks.len();
+                if chunks.is_empty() {
+                    record.error = Some("the page has no readable text".into());
+                    record.error_kind = Some("empty");
+                } else {
+                    self.documents.push(Document {
+                        id: page.url.clone(),
+                        title: page.title,
+                        text: crate::search::clean::truncate_chars(&page.text, 2000).to_string(),
+                        url: (page.source == "web").then_some(page.url),
+                        score: 0.0,
+                        backend: page.source,
+                    });
+                }
+            }
+            Err(e) => {
+                record.error = Some(e.to_string());
+                record.error_kind = Some(e.kind());
+            }
+        }
+        self.emit(RolloutEvent::OpenPage(record.clone())).await?;
+        self.rounds.push(RoundRecord {
+            round,
+            outcome: RoundOutcome::Page,
+            queries: Vec::new(),
+            notes: Vec::new(),
+            results: Vec::new(),
+            page: Some(record.clone()),
+            tokens_generated: tokens,
+            prompt_tokens_cached: self.round_cached.take(),
+        });
+        match chunks.pop_front() {
+            Some(first) => {
+                self.chunks = chunks;
+                self.splice_chunk(first).await
+            }
+            None => {
+                let reason = record.error.as_deref().unwrap_or_default();
+                let text = profile.page_failed(target, reason, specials);
+                self.splice(text).await
+            }
+        }
+    }
+
+    /// Splices one page chunk, remembering where it is for its short form.
+    async fn splice_chunk(&mut self, chunk: PageChunk) -> Result<(), RolloutError> {
+        let start = self.transcript.len();
+        if let Some(short) = chunk.short {
+            self.unread_chunk = Some((start..start + chunk.full.len(), short));
+        }
+        self.splice(chunk.full).await
     }
 
     /// Appends `splice` to the transcript and shows it in the trace.

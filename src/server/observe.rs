@@ -48,7 +48,7 @@ impl Observer {
                 }
                 self.phase = "decode";
             }
-            RolloutEvent::Search { .. } => self.phase = "search",
+            RolloutEvent::Search { .. } | RolloutEvent::OpenPage(_) => self.phase = "search",
             // After a splice the engine runs again; the question search's
             // splice comes before any token (its prefill is still ahead).
             RolloutEvent::Splice(_) if self.first_token => self.phase = "decode",

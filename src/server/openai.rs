@@ -279,7 +279,7 @@ pub enum SeekerEvent {
     /// generated.
     Splice,
     /// A generation round (from 1) ended: its outcome (`search`, `no_query`,
-    /// `answer`, `invalid_action`, `eos`, `length`), the tokens it
+    /// `answer`, `invalid_action`, `eos`, `length`, `page`, `read`), the tokens it
     /// generated, and the prompt tokens a remote engine took from its cache.
     Round {
         round: usize,
@@ -305,6 +305,28 @@ pub enum SeekerEvent {
         error_kind: Option<&'static str>,
         /// Answered from this request's cache or the server's shared cache.
         cached: bool,
+    },
+    /// A page action: what the model asked to open and what was read
+    /// (`url` after redirects, or the corpus document's id), in how many
+    /// chunks; or why it was not (`error_kind`: `refused`, `disabled`,
+    /// `not_found`, `unsupported`, `http_status`, `timeout`, `redirect`,
+    /// `connection`, `empty`). OpenAI's Responses API calls this action
+    /// `open_page`.
+    OpenPage {
+        round: usize,
+        target: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        title: String,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        source: String,
+        chars: usize,
+        chunks: usize,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error_kind: Option<&'static str>,
     },
 }
 

@@ -128,6 +128,20 @@ impl ChunkWriter {
                     cached: r.cached,
                 }),
             ),
+            RolloutEvent::OpenPage(p) => (
+                Delta::default(),
+                Some(SeekerEvent::OpenPage {
+                    round: p.round,
+                    target: p.target,
+                    url: p.url,
+                    title: p.title,
+                    source: p.source,
+                    chars: p.chars,
+                    chunks: p.chunks,
+                    error: p.error,
+                    error_kind: p.error_kind,
+                }),
+            ),
         };
         self.delta(delta, None, event.map(|event| SeekerChunk::Event { event }))
     }
@@ -280,6 +294,7 @@ mod tests {
                 queries: vec!["q".into()],
                 notes: Vec::new(),
                 results: Vec::new(),
+                page: None,
                 tokens_generated: 12,
                 prompt_tokens_cached: None,
             }],

@@ -6,6 +6,9 @@
 //!   policies' reference code (`tests/fixtures/splices/make_fixtures.py`).
 //! - `tools`: tool-calling profiles through the loop: every call form, splits
 //!   at every byte, calls and query arrays searched at once, malformed calls.
+//! - `pages`: the page reader against a local page server (one allowed
+//!   fetch, every refusal, capped bodies) and ASearcher's `<access>` through
+//!   the loop.
 //! - `backends`: the dispatcher and every search backend (tantivy index, web
 //!   APIs against fake servers, a real searx, the retriever protocol).
 //! - `http`: the API surface through the router, no model needed.
@@ -32,6 +35,7 @@ mod e2e;
 mod faults;
 mod http;
 mod ops;
+mod pages;
 mod prepare;
 mod protocols;
 mod qwen;

@@ -1,0 +1,557 @@
+//! The page reader against a local page server and a test resolver: one
+//! allowed fetch, each refusal (schemes, every spelling of loopback, a
+//! redirect to 127.0.0.1, names resolving to private addresses, a DNS answer
+//! that changes), capped and slow bodies; then ASearcher's `<access>` through
+//! the search loop: chunks one per round, the pause, short forms, refusals
+//! spliced as the policy's failure text, corpus documents by id.
+//!
+//! The page server listens on 127.0.0.2, which the reader's config allows
+//! explicitly (`allow_networks`); 127.0.0.1 stays refused, so a redirect
+//! there proves the address check rather than a closed port.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use seeker::engine::scripted::ScriptedEngine;
+use seeker::engine::{ChatTurn, Role};
+use seeker::metrics::Metrics;
+use seeker::pages::{Lookup, PageError, PageReader, PageSettings, UrlPolicy};
+use seeker::profile::Profile;
+use seeker::rollout::{FinishReason, RolloutContext, RolloutEvent, RolloutRequest, RoundOutcome};
+use seeker::search::bm25::{build_index, Bm25Index};
+use seeker::search::dispatch::Dispatcher;
+
+use crate::common::{doc, profile, StaticBackend};
+
+pub const ARTICLE: &str = r#"<!doctype html><html><head><title>Taj Mahal</title></head><body>
+<nav><a href="/">Home</a> <a href="/menu">Menu entry</a></nav>
+<article><h1>Taj Mahal</h1>
+<p>The Taj Mahal is an ivory-white marble mausoleum on the right bank of the river Yamuna in
+Agra, India. It was commissioned in 1631 by the fifth Mughal emperor, Shah Jahan, to house the
+tomb of his beloved wife, Mumtaz Mahal.</p>
+<p>The tomb is the centrepiece of a 17-hectare complex, which includes a mosque and a guest
+house, and is set in formal gardens bounded on three sides by a crenellated wall.</p>
+</article><footer>Footer links</footer></body></html>"#;
+
+/// 100 characters of plain text: 3 chunks of 40.
+const LONG: &str = "aaaaaaaaaabbbbbbbbbbccccccccccddddddddddeeeeeeeeeeffffffffffgggggggggghhhhhhhhhhiiiiiiiiiijjjjjjjjjj";
+
+/// A page server on 127.0.0.2 and how often each path was asked for.
+pub struct PageServer {
+    pub port: u16,
+    pub hits: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl PageServer {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.2:{}{path}", self.port)
+    }
+
+    pub fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+pub async fn page_server() -> PageServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+    let counted = Arc::clone(&hits);
+    let redirect = |to: String| {
+        move || {
+            let to = to.clone();
+            async move { (StatusCode::FOUND, [(header::LOCATION, to)]).into_response() }
+        }
+    };
+    let router = Router::new()
+        .route(
+            "/article",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                    ARTICLE,
+                )
+            }),
+        )
+        .route(
+            "/long",
+            get(|| async { ([(header::CONTENT_TYPE, "text/plain")], LONG) }),
+        )
+        .route(
+            "/to-loopback",
+            get(redirect(format!("http://127.0.0.1:{port}/article"))),
+        )
+        .route("/to-file", get(redirect("file:///etc/passwd".into())))
+        .route("/to-article", get(redirect("/article".into())))
+        .route("/loop", get(redirect("/loop".into())))
+        .route(
+            "/huge",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/plain")],
+                    "x".repeat(8 * 1024 * 1024),
+                )
+            }),
+        )
+        .route(
+            "/endless",
+            get(|| async {
+                let chunks = futures::stream::repeat_with(|| {
+                    Ok::<_, std::io::Error>(axum::body::Bytes::from_static(&[b'y'; 8192]))
+                });
+                Response::builder()
+                    .header(header::CONTENT_TYPE, "text/plain")
+                    .body(axum::body::Body::from_stream(chunks))
+                    .unwrap()
+            }),
+        )
+        .route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                "late"
+            }),
+        )
+        .route(
+            "/pdf",
+            get(|| async { ([(header::CONTENT_TYPE, "application/pdf")], "%PDF-1.4") }),
+        )
+        .route(
+            "/error",
+            get(|| async { (StatusCode::INTERNAL_SERVER_ERROR, "broken") }),
+        )
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                let counted = Arc::clone(&counted);
+                async move {
+                    *counted
+                        .lock()
+                        .unwrap()
+                        .entry(req.uri().path().to_string())
+                        .or_default() += 1;
+                    next.run(req).await
+                }
+            },
+        ));
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    PageServer { port, hits }
+}
+
+/// A resolver with fixed answers; `flip.test` answers 127.0.0.2 the first
+/// time and 127.0.0.1 after (a DNS answer that changes between lookups).
+pub struct TestLookup {
+    flips: AtomicUsize,
+}
+
+impl Lookup for TestLookup {
+    fn lookup(
+        &self,
+        host: String,
+    ) -> futures::future::BoxFuture<'static, std::io::Result<Vec<IpAddr>>> {
+        let flip = if host == "flip.test" {
+            self.flips.fetch_add(1, Ordering::SeqCst)
+        } else {
+            0
+        };
+        Box::pin(async move {
+            let ips: Vec<&str> = match host.as_str() {
+                "pages.test" => vec!["127.0.0.2"],
+                "intranet.test" => vec!["10.0.0.7"],
+                "metadata.test" => vec!["169.254.169.254"],
+                "v6private.test" => vec!["fd12::1", "::1"],
+                "127.0.0.1.nip.io" => vec!["127.0.0.1"],
+                "mixed.test" => vec!["10.0.0.1", "127.0.0.2"],
+                "flip.test" if flip == 0 => vec!["127.0.0.2"],
+                "flip.test" => vec!["127.0.0.1"],
+                _ => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "no such host",
+                    ))
+                }
+            };
+            Ok(ips.into_iter().map(|ip| ip.parse().unwrap()).collect())
+        })
+    }
+}
+
+/// Web pages on, 127.0.0.2 allowed, 1 s deadline, 64 KiB bodies, no cache.
+pub fn settings() -> PageSettings {
+    PageSettings {
+        web: true,
+        timeout: Duration::from_secs(1),
+        max_bytes: 64 * 1024,
+        cache_ttl: Duration::ZERO,
+        host_requests_per_second: 0,
+        policy: UrlPolicy {
+            allow_networks: vec!["127.0.0.2/32".parse().unwrap()],
+            ..UrlPolicy::default()
+        },
+        ..PageSettings::default()
+    }
+}
+
+fn reader(settings: PageSettings) -> (PageReader, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new());
+    let reader = PageReader::with_lookup(
+        settings,
+        Arc::new(TestLookup {
+            flips: AtomicUsize::new(0),
+        }),
+        Arc::clone(&metrics),
+    )
+    .unwrap();
+    (reader, metrics)
+}
+
+#[tokio::test]
+async fn an_allowed_page_is_read_as_its_article_without_the_menu() {
+    let server = page_server().await;
+    let (reader, metrics) = reader(settings());
+    let page = reader.open(&server.url("/article")).await.unwrap();
+    assert_eq!(page.title, "Taj Mahal");
+    assert!(page.text.contains("commissioned in 1631"), "{}", page.text);
+    assert!(!page.text.contains("Menu entry"), "{}", page.text);
+    assert_eq!(page.source, "web");
+    // A name resolved by the (test) resolver, and a relative redirect.
+    let via_name = reader
+        .open(&format!("http://pages.test:{}/to-article", server.port))
+        .await
+        .unwrap();
+    assert_eq!(via_name.text, page.text);
+    assert!(via_name.url.ends_with("/article"), "{}", via_name.url);
+    let plain = reader.open(&server.url("/long")).await.unwrap();
+    assert_eq!(plain.text, LONG);
+    assert!(metrics
+        .render()
+        .contains("seeker_page_fetches_total{outcome=\"ok\"} 3"));
+}
+
+#[tokio::test]
+async fn hostile_urls_are_refused_before_anything_is_fetched_and_none_hangs() {
+    let server = page_server().await;
+    let (reader, metrics) = reader(settings());
+    let p = server.port;
+    let hostile: Vec<(String, &str)> = vec![
+        ("file:///etc/passwd".into(), "refused"),
+        (format!("gopher://127.0.0.2:{p}/article"), "refused"),
+        ("ftp://example.org/file".into(), "refused"),
+        ("data:text/html,<h1>hi</h1>".into(), "refused"),
+        ("javascript:alert(1)".into(), "refused"),
+        (format!("http://127.0.0.1:{p}/article"), "refused"),
+        (format!("http://2130706433:{p}/article"), "refused"),
+        (format!("http://0x7f000001:{p}/article"), "refused"),
+        (format!("http://0177.0.0.1:{p}/article"), "refused"),
+        (format!("http://127.1:{p}/article"), "refused"),
+        (format!("http://%31%32%37.0.0.1:{p}/article"), "refused"),
+        (format!("http://[::1]:{p}/article"), "refused"),
+        (format!("http://[::ffff:127.0.0.1]:{p}/article"), "refused"),
+        (format!("http://[::ffff:7f00:2]:{p}/article"), "refused"),
+        (format!("http://localhost:{p}/metrics"), "refused"),
+        ("http://169.254.169.254/latest/meta-data/".into(), "refused"),
+        ("http://[fd00:ec2::254]/latest/meta-data/".into(), "refused"),
+        (format!("http://0.0.0.0:{p}/article"), "refused"),
+        (format!("http://user:pw@127.0.0.2:{p}/article"), "refused"),
+        // Names whose addresses are refused (the test resolver's answers).
+        ("http://intranet.test/".into(), "refused"),
+        ("http://metadata.test/latest/meta-data/".into(), "refused"),
+        (format!("http://v6private.test:{p}/"), "refused"),
+        (format!("http://127.0.0.1.nip.io:{p}/article"), "refused"),
+        // Redirects, each target checked again.
+        (server.url("/to-loopback"), "refused"),
+        (server.url("/to-file"), "refused"),
+        (server.url("/loop"), "redirect"),
+        // Types and servers that cannot be read.
+        (server.url("/pdf"), "unsupported"),
+        (server.url("/error"), "http_status"),
+        (server.url("/slow"), "timeout"),
+    ];
+    assert!(hostile.len() >= 20);
+    let started = std::time::Instant::now();
+    let targets: Vec<String> = hostile.iter().map(|(u, _)| u.clone()).collect();
+    let results = tokio::time::timeout(Duration::from_secs(10), reader.open_all(&targets))
+        .await
+        .expect("no page action outlives its deadline");
+    for ((url, kind), result) in hostile.iter().zip(&results) {
+        match result {
+            Err(e) => assert_eq!(e.kind(), *kind, "{url}: {e}"),
+            Ok(page) => panic!("{url} was read: {page:?}"),
+        }
+    }
+    // All at once: the slow one costs its deadline, not the sum.
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The loopback redirect's target never got a request: only the
+    // redirecting pages themselves were asked for.
+    assert_eq!(server.hits("/article"), 0);
+    assert_eq!(server.hits("/to-loopback"), 1);
+    let text = metrics.render();
+    assert!(
+        text.contains("seeker_page_fetches_total{outcome=\"refused\"} 25"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_name_whose_answer_changes_is_checked_at_every_lookup() {
+    let server = page_server().await;
+    let (reader, _) = reader(settings());
+    let url = format!("http://flip.test:{}/article", server.port);
+    assert!(reader.open(&url).await.is_ok());
+    let second = reader.open(&url).await.unwrap_err();
+    assert_eq!(second.kind(), "refused", "{second}");
+    // A name with a refused and an allowed address connects to the allowed one.
+    let mixed = format!("http://mixed.test:{}/article", server.port);
+    assert!(reader.open(&mixed).await.is_ok());
+}
+
+#[tokio::test]
+async fn huge_and_endless_bodies_are_cut_at_the_byte_cap() {
+    let server = page_server().await;
+    let (reader, _) = reader(settings());
+    for path in ["/huge", "/endless"] {
+        let page = tokio::time::timeout(Duration::from_secs(5), reader.open(&server.url(path)))
+            .await
+            .expect("bounded")
+            .unwrap();
+        assert!(page.truncated, "{path}");
+        assert_eq!(page.text.len(), 64 * 1024, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn web_pages_are_off_until_configured_and_lists_apply() {
+    let server = page_server().await;
+    let (off, _) = reader(PageSettings {
+        web: false,
+        ..settings()
+    });
+    assert_eq!(
+        off.open(&server.url("/article")).await.unwrap_err(),
+        PageError::Disabled
+    );
+    // Refusals come first: a disabled reader still says why a URL is refused.
+    assert_eq!(
+        off.open("http://127.0.0.1/").await.unwrap_err().kind(),
+        "refused"
+    );
+    let mut listed = settings();
+    listed.policy.allow_hosts = vec!["pages.test".into()];
+    let (allow, _) = reader(listed);
+    assert_eq!(
+        allow
+            .open(&server.url("/article"))
+            .await
+            .unwrap_err()
+            .kind(),
+        "refused"
+    );
+    assert!(allow
+        .open(&format!("http://pages.test:{}/article", server.port))
+        .await
+        .is_ok());
+    let mut denied = settings();
+    denied.policy.deny_hosts = vec!["*.test".into()];
+    let (deny, _) = reader(denied);
+    assert_eq!(
+        deny.open(&format!("http://pages.test:{}/article", server.port))
+            .await
+            .unwrap_err()
+            .kind(),
+        "refused"
+    );
+}
+
+/// A corpus with one document, as `seeker index` builds it.
+fn corpus() -> (tempfile::TempDir, Arc<Bm25Index>) {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("corpus.jsonl");
+    std::fs::write(
+        &corpus,
+        concat!(
+            r#"{"id": "8001", "title": "Taj Mahal", "text": "The Taj Mahal was commissioned in 1631 by Shah Jahan."}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    let index = dir.path().join("index");
+    build_index(&corpus, &index, |_| {}).unwrap();
+    let opened = Arc::new(Bm25Index::open(&index).unwrap());
+    (dir, opened)
+}
+
+/// ASearcher with 40-character chunks, so a short page has three.
+fn asearcher_small_chunks() -> Profile {
+    let text =
+        std::fs::read_to_string(crate::common::root().join("config/policies/asearcher.toml"))
+            .unwrap()
+            .replace("chunk_chars = 25000", "chunk_chars = 40")
+            .replace("short_chars = 100", "short_chars = 5");
+    Profile::parse(&text, std::path::Path::new("asearcher-small.toml")).unwrap()
+}
+
+fn ask(question: &str) -> RolloutRequest {
+    RolloutRequest {
+        messages: vec![ChatTurn {
+            role: Role::User,
+            content: question.into(),
+        }],
+        max_tokens: 512,
+        temperature: None,
+        top_p: None,
+        continue_final_message: false,
+        top_k: None,
+        backend: None,
+        stop: Vec::new(),
+    }
+}
+
+async fn run(
+    profile: Profile,
+    scripts: Vec<Vec<String>>,
+    corpus: Arc<Bm25Index>,
+) -> (
+    seeker::rollout::RolloutOutcome,
+    Vec<RolloutEvent>,
+    ScriptedEngine,
+) {
+    let engine = ScriptedEngine::new(scripts);
+    let backend = StaticBackend::with(&[(
+        "Taj Mahal",
+        vec![doc("8001", "Taj Mahal", "The Taj Mahal is in Agra.")],
+    )]);
+    let mut dispatcher = Dispatcher::single("static", backend);
+    let (reader, _) = reader(settings());
+    dispatcher.set_pages(reader.with_corpus("tantivy", corpus));
+    let ctx = RolloutContext {
+        engine: Arc::new(engine.clone()),
+        search: Arc::new(dispatcher),
+        profile: Arc::new(profile),
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4096);
+    let outcome = seeker::rollout::run(&ctx, &ask("When was the Taj Mahal built?"), &tx)
+        .await
+        .unwrap();
+    drop(tx);
+    let mut events = Vec::new();
+    while let Some(e) = rx.recv().await {
+        events.push(e);
+    }
+    (outcome, events, engine)
+}
+
+fn chunk(n: usize, text: &str) -> String {
+    format!("\n\n<information>\n>>>> Page {n} >>>>\n\n{text}\n</information>\n<think>\n")
+}
+
+#[tokio::test]
+async fn asearcher_reads_a_page_chunk_by_chunk_and_keeps_short_forms() {
+    let server = page_server().await;
+    let (_dir, index) = corpus();
+    let access = format!(
+        "The document links a page.</think>\n<access> {} </access>",
+        server.url("/long")
+    );
+    let scripts = vec![
+        vec!["I should search.</think>\n<search> Taj Mahal </search>".to_string()],
+        vec![access.clone()],
+        vec!["Page 1 read.</think>".to_string()],
+        vec!["Page 2 read.</think>".to_string()],
+        vec!["All read.</think>\n<answer> 1631 </answer>".to_string()],
+    ];
+    let (outcome, events, engine) = run(asearcher_small_chunks(), scripts, index).await;
+    assert_eq!(outcome.answer, "1631");
+    assert_eq!(outcome.finish_reason, FinishReason::Stop);
+    let outcomes: Vec<RoundOutcome> = outcome.rounds.iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            RoundOutcome::Search,
+            RoundOutcome::Page,
+            RoundOutcome::Read,
+            RoundOutcome::Read,
+            RoundOutcome::Answer
+        ]
+    );
+    let page = outcome.rounds[1].page.as_ref().unwrap();
+    assert_eq!((page.chunks, page.chars), (3, 100));
+    assert!(events.iter().any(|e| matches!(e,
+        RolloutEvent::OpenPage(p) if p.chunks == 3 && p.source == "web")));
+    let (c1, c2, c3) = (&LONG[..40], &LONG[40..80], &LONG[80..]);
+    let prompts = engine.prompts();
+    // The search splice: ASearcher's [Doc i](link) with the document's id.
+    assert!(prompts[1].ends_with(
+        "<search> Taj Mahal </search>\n\n<information>\n[Doc 1](8001):\nThe Taj Mahal is in Agra.\n</information>\n<think>\n"
+    ));
+    // Round 3 reads chunk 1 in full; round 4 sees chunk 1 short and chunk 2
+    // in full; the answer round sees every read chunk short.
+    assert!(prompts[2].ends_with(&format!("</access>{}", chunk(1, c1))));
+    assert!(prompts[3].contains(&format!(
+        "</access>{}Page 1 read.</think>",
+        chunk(1, &c1[..5])
+    )));
+    assert!(prompts[3].ends_with(&format!("Page 1 read.</think>{}", chunk(2, c2))));
+    assert!(prompts[4].contains(&format!("Page 2 read.</think>{}", chunk(3, c3))));
+    assert!(!prompts[4].contains(c2));
+    assert!(outcome.transcript.contains(&format!(
+        "Page 2 read.</think>{}All read.",
+        chunk(3, &c3[..5])
+    )));
+    // The full chunks went to the client as splices.
+    let spliced: String = events
+        .iter()
+        .filter_map(|e| match e {
+            RolloutEvent::Splice(s) => Some(s.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(spliced.contains(c1) && spliced.contains(c2) && spliced.contains(c3));
+}
+
+#[tokio::test]
+async fn refused_pages_splice_the_failure_text_and_corpus_documents_open_by_id() {
+    let server = page_server().await;
+    let (_dir, index) = corpus();
+    let scripts = vec![
+        vec![format!(
+            "<access> http://127.0.0.1:{}/metrics </access>",
+            server.port
+        )],
+        vec!["Not that.</think>\n<access> 8001 </access>".to_string()],
+        vec!["<answer> 1631 </answer>".to_string()],
+    ];
+    let (outcome, events, engine) = run(profile("asearcher"), scripts, index).await;
+    assert_eq!(outcome.answer, "1631");
+    let prompts = engine.prompts();
+    assert!(prompts[1].ends_with(
+        "</access>\n\n<information>\nNo More Information is Found for this URL.\n</information>\n<think>\n"
+    ));
+    assert!(prompts[2].ends_with(
+        "</access>\n\n<information>\n>>>> Page 1 >>>>\n\nThe Taj Mahal was commissioned in 1631 by Shah Jahan.\n</information>\n<think>\n"
+    ));
+    let pages: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            RolloutEvent::OpenPage(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pages[0].error_kind, Some("refused"));
+    assert_eq!(pages[1].source, "tantivy");
+    assert_eq!(pages[1].url.as_deref(), Some("8001"));
+    assert_eq!(server.hits("/metrics"), 0);
+    assert!(outcome
+        .documents
+        .iter()
+        .any(|d| d.id == "8001" && d.backend == "tantivy"));
+}
