@@ -33,6 +33,10 @@ const QUERY_BLOCK_FIELDS: &[&str] = &["query", "docs", "n", "query_py"];
 const CHUNK_FIELDS: &[&str] = &["n", "text", "url", "title"];
 /// Fields of a page that could not be opened.
 const PAGE_FAILED_FIELDS: &[&str] = &["reason", "url"];
+/// Fields of one page a `visit` call read.
+const PAGE_FIELDS: &[&str] = &["url", "title", "text", "lead", "goal"];
+/// Fields of one page a `visit` call could not read.
+const PAGE_FAILED_FIELDS_TOOL: &[&str] = &["url", "goal", "reason"];
 /// Fields of a failed tool call's result.
 const ERROR_FIELDS: &[&str] = &["error"];
 
@@ -79,6 +83,18 @@ struct ToolsSpec {
     visit: String,
     #[serde(default)]
     unavailable: String,
+    #[serde(default)]
+    url_argument: String,
+    #[serde(default)]
+    goal_argument: String,
+    #[serde(default)]
+    page: String,
+    #[serde(default)]
+    page_failed: String,
+    #[serde(default)]
+    page_chars: usize,
+    #[serde(default)]
+    page_separator: String,
     #[serde(default)]
     calls_per_turn: usize,
     #[serde(default)]
@@ -318,8 +334,28 @@ impl Profile {
                     functions,
                     search: t.search,
                     query_argument: t.query_argument,
+                    page: if t.page.is_empty() {
+                        None
+                    } else {
+                        if t.visit.is_empty() || t.url_argument.trim().is_empty() {
+                            return Err(invalid(
+                                "tools.page",
+                                "needs tools.visit and tools.url_argument",
+                            ));
+                        }
+                        Some(template("tools.page", &t.page, PAGE_FIELDS)?)
+                    },
+                    page_failed: template(
+                        "tools.page_failed",
+                        &t.page_failed,
+                        PAGE_FAILED_FIELDS_TOOL,
+                    )?,
                     visit: t.visit,
                     unavailable: t.unavailable,
+                    url_argument: t.url_argument,
+                    goal_argument: t.goal_argument,
+                    page_chars: t.page_chars,
+                    page_separator: t.page_separator,
                     calls_per_turn: t.calls_per_turn,
                     turn_prefix: t.turn_prefix,
                     response: template("tools.response", &t.response, RESPONSE_FIELDS)?,

@@ -126,11 +126,26 @@ pub struct Tools {
     pub search: String,
     /// Its argument holding the query: a string or an array of strings.
     pub query_argument: String,
-    /// A page-reading function answered with `unavailable` (seeker cannot
-    /// read pages yet); empty if none.
+    /// The page-reading function; empty if none.
     pub visit: String,
-    /// The text answered to a call of `visit`.
+    /// The text answered to a call of `visit` when the profile reads no
+    /// pages (`page` empty).
     pub unavailable: String,
+    /// `visit`'s argument holding the URL(s): a string or an array.
+    pub url_argument: String,
+    /// `visit`'s argument stating what to look for (echoed as `{goal}`);
+    /// empty if none.
+    pub goal_argument: String,
+    /// One page's result (`{url}`, `{title}`, `{text}`: the page's readable
+    /// text cut to `page_chars`, `{lead}`: its first paragraph, at most 500
+    /// characters, `{goal}`); `None`: `visit` is answered `unavailable`.
+    pub(super) page: Option<Template>,
+    /// One page that could not be read (`{url}`, `{goal}`, `{reason}`).
+    pub(super) page_failed: Template,
+    /// Characters of a page's text in `{text}` (0: all).
+    pub page_chars: usize,
+    /// Between the results of one call's pages.
+    pub page_separator: String,
     /// Calls run per turn, the first ones; 0 for all (Tongyi DeepResearch and
     /// DeepResearcher run only the first, ReCall all). Calls past it get no
     /// response.

@@ -5,6 +5,7 @@
 use serde_json::Value;
 
 use super::{CleanedQueries, Profile, QueryOutcome, Tools};
+use crate::pages::Page;
 use crate::toolcall::ToolCall;
 
 /// What one call of a turn asks for.
@@ -16,6 +17,9 @@ pub enum CallPlan {
     /// cannot run, or its `unavailable` text for a page read; `reason` says
     /// why in seeker's words (for the trace: a policy's error text may not).
     Reply { text: String, reason: String },
+    /// Read these pages (URLs or corpus documents, in order; never empty),
+    /// with the call's goal (empty when it gave none).
+    Visit { urls: Vec<String>, goal: String },
 }
 
 /// One call's outcome, as the tool response renders it.
@@ -25,6 +29,8 @@ pub enum ToolResult<'a> {
     Search(Vec<(&'a str, QueryOutcome<'a>)>),
     /// The call was answered with this text (see [`CallPlan::Reply`]).
     Reply(&'a str),
+    /// The call read pages: each target with the page or why not, and the goal.
+    Visit(Vec<(&'a str, Result<&'a Page, &'a str>)>, &'a str),
 }
 
 impl Profile {
@@ -46,6 +52,44 @@ impl Profile {
             Ok(invocation) => invocation,
             Err(e) => return error(e.clone()),
         };
+        if !tools.visit.is_empty() && invocation.name == tools.visit && tools.page.is_some() {
+            let arg = &tools.url_argument;
+            let urls: Vec<String> = match invocation.arguments.get(arg) {
+                Some(Value::String(u)) => vec![u.trim().to_string()],
+                Some(Value::Array(items)) => match items
+                    .iter()
+                    .map(|v| v.as_str().map(|u| u.trim().to_string()))
+                    .collect::<Option<Vec<_>>>()
+                {
+                    Some(urls) => urls,
+                    None => {
+                        return error(format!("\"{arg}\" must be a string or an array of strings"))
+                    }
+                },
+                None | Some(Value::Null) => {
+                    return error(format!(
+                        "the call to \"{}\" has no \"{arg}\" argument",
+                        tools.visit
+                    ))
+                }
+                Some(_) => {
+                    return error(format!("\"{arg}\" must be a string or an array of strings"))
+                }
+            };
+            let mut urls: Vec<String> = urls.into_iter().filter(|u| !u.is_empty()).collect();
+            if urls.is_empty() {
+                return error(format!("\"{arg}\" holds no URL"));
+            }
+            // Pages per call are capped like queries.
+            urls.truncate(self.max_queries);
+            let goal = invocation
+                .arguments
+                .get(&tools.goal_argument)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            return CallPlan::Visit { urls, goal };
+        }
         if !tools.visit.is_empty() && invocation.name == tools.visit {
             return CallPlan::Reply {
                 text: tools.unavailable.clone(),
@@ -121,6 +165,44 @@ impl Profile {
         for (call, result) in calls.iter().zip(results) {
             let text = match result {
                 ToolResult::Reply(text) => (*text).to_string(),
+                ToolResult::Visit(pages, goal) => {
+                    let goal = defuse_all(self, goal, also);
+                    pages
+                        .iter()
+                        .map(|(target, page)| {
+                            let url = defuse_all(self, target, also);
+                            match (page, &tools.page) {
+                                (Ok(page), Some(template)) => {
+                                    let text = defuse_all(self, &page.text, also);
+                                    let text = if tools.page_chars > 0 {
+                                        crate::search::clean::truncate_chars(
+                                            &text,
+                                            tools.page_chars,
+                                        )
+                                    } else {
+                                        &text
+                                    };
+                                    let lead = text.split("\n\n").next().unwrap_or_default();
+                                    let lead = crate::search::clean::truncate_chars(lead, 500);
+                                    template.render(&[
+                                        ("url", &url),
+                                        ("title", &defuse_all(self, &page.title, also)),
+                                        ("text", text),
+                                        ("lead", lead),
+                                        ("goal", &goal),
+                                    ])
+                                }
+                                (Ok(_), None) => tools.unavailable.clone(),
+                                (Err(reason), _) => tools.page_failed.render(&[
+                                    ("url", &url),
+                                    ("goal", &goal),
+                                    ("reason", &defuse_all(self, reason, also)),
+                                ]),
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                        .join(&tools.page_separator)
+                }
                 ToolResult::Search(queries) => queries
                     .iter()
                     .map(|(query, outcome)| {

@@ -240,9 +240,9 @@ pub struct RoundRecord {
     pub notes: Vec<String>,
     /// Per query, in order.
     pub results: Vec<QueryRecord>,
-    /// The page the round's page action opened.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub page: Option<PageRecord>,
+    /// The pages the round's page action (or `visit` calls) opened, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pages: Vec<PageRecord>,
     /// Prompt tokens the engine took from its prefix cache for this round
     /// instead of prefilling them, when it reports that (remote engines).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -817,7 +817,7 @@ impl<'a> Rollout<'a> {
         }
         self.calls += 1;
         let plans: Vec<CallPlan> = calls.iter().map(|c| profile.plan_call(c)).collect();
-        let (mut queries, mut notes) = (Vec::new(), Vec::new());
+        let (mut queries, mut notes, mut targets) = (Vec::new(), Vec::new(), Vec::new());
         for (i, plan) in plans.iter().enumerate() {
             match plan {
                 CallPlan::Search(cleaned) => {
@@ -829,10 +829,18 @@ impl<'a> Rollout<'a> {
                 CallPlan::Reply { reason, .. } => {
                     notes.push(format!("tool call {}: {reason}", i + 1));
                 }
+                CallPlan::Visit { urls, .. } => targets.extend(urls.iter().cloned()),
             }
         }
+        // Every page of every visit call at once.
+        let opened = self.open_pages(number, &targets).await?;
         let records = if queries.is_empty() {
-            self.record(number, RoundOutcome::NoQuery, tokens);
+            let outcome = if targets.is_empty() {
+                RoundOutcome::NoQuery
+            } else {
+                RoundOutcome::Page
+            };
+            self.record(number, outcome, tokens);
             if let Some(last) = self.rounds.last_mut() {
                 last.notes = notes;
             }
@@ -845,8 +853,12 @@ impl<'a> Rollout<'a> {
             }
             records
         };
+        if let Some(last) = self.rounds.last_mut() {
+            last.pages = opened.iter().map(|(record, _)| record.clone()).collect();
+        }
         // Each search call's records, in call order.
         let mut records = records.iter();
+        let mut pages = targets.iter().zip(&opened);
         let results: Vec<ToolResult<'_>> = plans
             .iter()
             .map(|plan| match plan {
@@ -858,6 +870,20 @@ impl<'a> Rollout<'a> {
                         .collect(),
                 ),
                 CallPlan::Reply { text, .. } => ToolResult::Reply(text),
+                CallPlan::Visit { urls, goal } => ToolResult::Visit(
+                    pages
+                        .by_ref()
+                        .take(urls.len())
+                        .map(|(target, (record, page))| {
+                            let page = match page {
+                                Some(page) => Ok(page),
+                                None => Err(record.error.as_deref().unwrap_or_default()),
+                            };
+                            (target.as_str(), page)
+                        })
+                        .collect(),
+                    goal,
+                ),
             })
             .collect();
         let refs: Vec<&ToolCall> = calls.iter().collect();
@@ -901,7 +927,7 @@ impl<'a> Rollout<'a> {
             queries: Vec::new(),
             notes: Vec::new(),
             results: Vec::new(),
-            page: None,
+            pages: Vec::new(),
             tokens_generated,
             prompt_tokens_cached: if round > 0 {
                 self.round_cached.take()
@@ -1074,7 +1100,7 @@ impl<'a> Rollout<'a> {
             queries,
             notes,
             results: records.clone(),
-            page: None,
+            pages: Vec::new(),
             tokens_generated: 0,
             prompt_tokens_cached: if round > 0 {
                 self.round_cached.take()
@@ -1096,62 +1122,26 @@ impl<'a> Rollout<'a> {
     ) -> Result<(), RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
         let specials = self.ctx.engine.special_tokens();
-        let opened = match self.ctx.search.pages() {
-            None => Err(crate::pages::PageError::Disabled),
-            Some(reader) => tokio::select! {
-                () = self.events.closed() => return Err(RolloutError::Cancelled),
-                page = reader.open(target) => page,
-            },
+        let targets = [target.to_string()];
+        let opened = self.open_pages_with(round, &targets, |page| {
+            profile
+                .page_chunks(&page.url, &page.title, &page.text, specials)
+                .len()
+        });
+        let (record, page) = opened.await?.pop().expect("one target, one page");
+        let mut chunks: VecDeque<PageChunk> = match &page {
+            Some(page) => profile
+                .page_chunks(&page.url, &page.title, &page.text, specials)
+                .into(),
+            None => VecDeque::new(),
         };
-        let mut record = PageRecord {
-            round,
-            target: target.to_string(),
-            url: None,
-            title: String::new(),
-            source: String::new(),
-            chars: 0,
-            chunks: 0,
-            error: None,
-            error_kind: None,
-        };
-        let mut chunks: VecDeque<PageChunk> = VecDeque::new();
-        match opened {
-            Ok(page) => {
-                chunks = profile
-                    .page_chunks(&page.url, &page.title, &page.text, specials)
-                    .into();
-                record.url = Some(page.url.clone());
-                record.title = page.title.clone();
-                record.source = page.source.clone();
-                record.chars = page.text.chars().count();
-                record.chunks = chunks.len();
-                if chunks.is_empty() {
-                    record.error = Some("the page has no readable text".into());
-                    record.error_kind = Some("empty");
-                } else {
-                    self.documents.push(Document {
-                        id: page.url.clone(),
-                        title: page.title,
-                        text: crate::search::clean::truncate_chars(&page.text, 2000).to_string(),
-                        url: (page.source == "web").then_some(page.url),
-                        score: 0.0,
-                        backend: page.source,
-                    });
-                }
-            }
-            Err(e) => {
-                record.error = Some(e.to_string());
-                record.error_kind = Some(e.kind());
-            }
-        }
-        self.emit(RolloutEvent::OpenPage(record.clone())).await?;
         self.rounds.push(RoundRecord {
             round,
             outcome: RoundOutcome::Page,
             queries: Vec::new(),
             notes: Vec::new(),
             results: Vec::new(),
-            page: Some(record.clone()),
+            pages: vec![record.clone()],
             tokens_generated: tokens,
             prompt_tokens_cached: self.round_cached.take(),
         });
@@ -1166,6 +1156,90 @@ impl<'a> Rollout<'a> {
                 self.splice(text).await
             }
         }
+    }
+
+    /// Opens `targets` at once (a `visit` call's pages) and reports each.
+    async fn open_pages(
+        &mut self,
+        round: usize,
+        targets: &[String],
+    ) -> Result<Vec<(PageRecord, Option<crate::pages::Page>)>, RolloutError> {
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.open_pages_with(round, targets, |_| 1).await
+    }
+
+    /// Opens `targets` at once with the dispatcher's page reader (a page
+    /// action without one fails as disabled), emits an
+    /// [`RolloutEvent::OpenPage`] for each, adds each page read to the
+    /// rollout's documents, and returns each record with its page.
+    /// `chunks` says in how many chunks a page will be spliced (0: it has no
+    /// readable text, which counts as a failure).
+    async fn open_pages_with(
+        &mut self,
+        round: usize,
+        targets: &[String],
+        chunks: impl Fn(&crate::pages::Page) -> usize,
+    ) -> Result<Vec<(PageRecord, Option<crate::pages::Page>)>, RolloutError> {
+        let opened = match self.ctx.search.pages() {
+            None => targets
+                .iter()
+                .map(|_| Err(crate::pages::PageError::Disabled))
+                .collect(),
+            Some(reader) => tokio::select! {
+                () = self.events.closed() => return Err(RolloutError::Cancelled),
+                pages = reader.open_all(targets) => pages,
+            },
+        };
+        let mut out = Vec::with_capacity(targets.len());
+        for (target, opened) in targets.iter().zip(opened) {
+            let mut record = PageRecord {
+                round,
+                target: target.clone(),
+                url: None,
+                title: String::new(),
+                source: String::new(),
+                chars: 0,
+                chunks: 0,
+                error: None,
+                error_kind: None,
+            };
+            let page = match opened {
+                Ok(page) => {
+                    record.url = Some(page.url.clone());
+                    record.title = page.title.clone();
+                    record.source = page.source.clone();
+                    record.chars = page.text.chars().count();
+                    record.chunks = chunks(&page);
+                    if record.chunks == 0 || page.text.trim().is_empty() {
+                        record.chunks = 0;
+                        record.error = Some("the page has no readable text".into());
+                        record.error_kind = Some("empty");
+                        None
+                    } else {
+                        self.documents.push(Document {
+                            id: page.url.clone(),
+                            title: page.title.clone(),
+                            text: crate::search::clean::truncate_chars(&page.text, 2000)
+                                .to_string(),
+                            url: (page.source == "web").then(|| page.url.clone()),
+                            score: 0.0,
+                            backend: page.source.clone(),
+                        });
+                        Some(page)
+                    }
+                }
+                Err(e) => {
+                    record.error = Some(e.to_string());
+                    record.error_kind = Some(e.kind());
+                    None
+                }
+            };
+            self.emit(RolloutEvent::OpenPage(record.clone())).await?;
+            out.push((record, page));
+        }
+        Ok(out)
     }
 
     /// Splices one page chunk, remembering where it is for its short form.

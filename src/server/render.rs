@@ -294,7 +294,7 @@ mod tests {
                 queries: vec!["q".into()],
                 notes: Vec::new(),
                 results: Vec::new(),
-                page: None,
+                pages: Vec::new(),
                 tokens_generated: 12,
                 prompt_tokens_cached: None,
             }],

@@ -483,7 +483,7 @@ async fn asearcher_reads_a_page_chunk_by_chunk_and_keeps_short_forms() {
             RoundOutcome::Answer
         ]
     );
-    let page = outcome.rounds[1].page.as_ref().unwrap();
+    let page = &outcome.rounds[1].pages[0];
     assert_eq!((page.chunks, page.chars), (3, 100));
     assert!(events.iter().any(|e| matches!(e,
         RolloutEvent::OpenPage(p) if p.chunks == 3 && p.source == "web")));
@@ -554,4 +554,44 @@ async fn refused_pages_splice_the_failure_text_and_corpus_documents_open_by_id()
         .documents
         .iter()
         .any(|d| d.id == "8001" && d.backend == "tantivy"));
+}
+
+#[tokio::test]
+async fn tongyi_visit_reads_every_page_of_a_call_at_once_and_answers_refusals_with_its_failure_text(
+) {
+    let server = page_server().await;
+    let (_dir, index) = corpus();
+    let call = format!(
+        "I will read both.\n<tool_call>\n{{\"name\": \"visit\", \"arguments\": {{\"url\": [\"{}\", \"http://127.0.0.1:{}/metrics\", \"8001\"], \"goal\": \"when it was built\"}}}}\n</tool_call>",
+        server.url("/article"),
+        server.port
+    );
+    let scripts = vec![vec![call], vec!["<answer>1631</answer>".to_string()]];
+    let (outcome, events, engine) = run(profile("tongyi-deepresearch"), scripts, index).await;
+    assert_eq!(outcome.answer, "1631");
+    let prompt = &engine.prompts()[1];
+    let article = format!(
+        "<tool_response>\nThe useful information in {} for user goal when it was built as follows: \n\nEvidence in page: \n",
+        server.url("/article")
+    );
+    assert!(prompt.contains(&article), "{prompt}");
+    assert!(prompt.contains("commissioned in 1631"));
+    assert!(prompt.contains(&format!(
+        "\n=======\nThe useful information in http://127.0.0.1:{}/metrics for user goal when it was built as follows: \n\nEvidence in page: \nThe provided webpage content could not be accessed.",
+        server.port
+    )));
+    assert!(prompt.contains(
+        "\n=======\nThe useful information in 8001 for user goal when it was built as follows: \n\nEvidence in page: \nThe Taj Mahal was commissioned in 1631 by Shah Jahan.\n\nSummary: \nThe Taj Mahal was commissioned in 1631 by Shah Jahan.\n\n\n</tool_response>"
+    ), "{prompt}");
+    let kinds: Vec<Option<&str>> = events
+        .iter()
+        .filter_map(|e| match e {
+            RolloutEvent::OpenPage(p) => Some(p.error_kind),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, [None, Some("refused"), None]);
+    assert_eq!(outcome.rounds[0].outcome, RoundOutcome::Page);
+    assert_eq!(outcome.rounds[0].pages.len(), 3);
+    assert_eq!(server.hits("/article"), 1);
 }

@@ -312,9 +312,10 @@ async fn tongyi_runs_the_first_call_of_a_turn_and_writes_google_style_results() 
         searched(&events),
         [["Toyota founding year", "nothing here"]]
     );
-    let first = "<|im_end|>\n<|im_start|>user\n<tool_response>\nA Google search for 'Toyota founding year' found 1 results:\n\n## Web Results\n1. [Toyota]()\n\nToyota Motor Corporation was founded in 1937 by Kiichiro Toyoda.\n=======\nA Google search for 'nothing here' found 0 results:\n\n## Web Results\n\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+    let first = "<|im_end|>\n<|im_start|>user\n<tool_response>\nA Google search for 'Toyota founding year' found 1 results:\n\n## Web Results\n1. [Toyota](8001)\n\nToyota Motor Corporation was founded in 1937 by Kiichiro Toyoda.\n=======\nA Google search for 'nothing here' found 0 results:\n\n## Web Results\n\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
     let visit = "<tool_call>\n{\"name\": \"visit\", \"arguments\": {\"url\": [\"https://x\"], \"goal\": \"g\"}}\n</tool_call>";
-    let second = "<|im_end|>\n<|im_start|>user\n<tool_response>\nThe provided webpage content could not be accessed. Please check the URL or file format.\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+    // No page reader in this dispatcher: the visit gets Tongyi's failure text.
+    let second = "<|im_end|>\n<|im_start|>user\n<tool_response>\nThe useful information in https://x for user goal g as follows: \n\nEvidence in page: \nThe provided webpage content could not be accessed. Please check the URL or file format.\n\nSummary: \nThe webpage content could not be processed, and therefore, no information is available.\n\n\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
     // The turn is kept stripped, cut before the response it started itself.
     assert_eq!(
         outcome.transcript,
