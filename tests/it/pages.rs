@@ -595,3 +595,150 @@ async fn tongyi_visit_reads_every_page_of_a_call_at_once_and_answers_refusals_wi
     assert_eq!(outcome.rounds[0].pages.len(), 3);
     assert_eq!(server.hits("/article"), 1);
 }
+
+/// ASearcher through the real binary on the default model and config, web
+/// pages turned on for the local page server only (127.0.0.2): a rollout
+/// continued from the client's search call searches the real index; one
+/// continued from a page action opens the page and the model reads it; a
+/// refused URL gets the policy's failure text; the server stays healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_loopback() {
+    let pages = page_server().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let config = std::fs::read_to_string(crate::common::root().join("config/seeker.toml"))
+        .unwrap()
+        .replace("\nweb = false\n", "\nweb = true\n")
+        .replace("allow_networks = []", "allow_networks = [\"127.0.0.2/32\"]");
+    assert!(config.contains("127.0.0.2/32") && config.contains("\nweb = true\n"));
+    let config_path = tmp.path().join("seeker.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let server = crate::e2e::start_default_model(
+        crate::e2e::shared_index(),
+        &[],
+        &["--config", config_path.to_str().unwrap()],
+    );
+    let client = reqwest::Client::new();
+    crate::e2e::wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    let body = |assistant: &str, stream: bool| {
+        serde_json::json!({
+            "model": seeker::config::DEFAULT_MODEL_ID,
+            "policy": "asearcher",
+            "messages": [
+                {"role": "user", "content": "When was the Taj Mahal commissioned"},
+                {"role": "assistant", "content": assistant},
+            ],
+            "continue_final_message": true,
+            // Short prompts: each real-model round costs CPU seconds.
+            "search": {"top_k": 2},
+            "max_tokens": 48,
+            "temperature": 0,
+            "stream": stream,
+            "return_transcript": true,
+        })
+    };
+
+    // 1. The client's search call runs on the real index, in ASearcher's splice.
+    let searched = crate::common::post_json(
+        &client,
+        &url,
+        &body(
+            "I should look it up.</think>\n<search> Taj Mahal </search>",
+            false,
+        ),
+    )
+    .await;
+    let info = &searched["seeker"];
+    assert_eq!(info["rounds"][0]["outcome"], "search", "{searched}");
+    let transcript = info["transcript"].as_str().unwrap();
+    assert!(
+        transcript.contains("</search>\n\n<information>\n[Doc 1]("),
+        "{transcript}"
+    );
+
+    // 2. A page action opens the local page; its article is spliced as
+    //    page 1 and the model reads it (streamed: the open_page event).
+    let access = format!(
+        "I will read the page.</think>\n<access> {} </access>",
+        pages.url("/article")
+    );
+    let stream = client
+        .post(&url)
+        .json(&body(&access, true))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let mut opened = None;
+    let mut trace = String::new();
+    for data in crate::http::sse_data(&stream) {
+        if data == "[DONE]" {
+            continue;
+        }
+        let chunk: serde_json::Value = serde_json::from_str(&data).unwrap();
+        trace.push_str(
+            chunk["choices"][0]["delta"]["reasoning_content"]
+                .as_str()
+                .unwrap_or(""),
+        );
+        if chunk["seeker"]["event"]["type"] == "open_page" {
+            opened = Some(chunk["seeker"]["event"].clone());
+        }
+    }
+    let opened = opened.unwrap_or_else(|| panic!("no open_page event: {stream}"));
+    assert_eq!(opened["source"], "web", "{opened}");
+    assert_eq!(opened["chunks"], 1, "{opened}");
+    assert_eq!(opened["title"], "Taj Mahal", "{opened}");
+    let splice_at = trace
+        .find("</access>\n\n<information>\n>>>> Page 1 >>>>\n\n")
+        .unwrap_or_else(|| panic!("{trace}"));
+    let after = &trace[splice_at..];
+    assert!(after.contains("commissioned in 1631"), "{trace}");
+    assert!(!after.contains("Menu entry"), "{trace}");
+    // The model went on reading after the splice.
+    let generated = &after[after.find("</information>\n<think>\n").unwrap() + 22..];
+    assert!(!generated.trim().is_empty(), "{trace}");
+    assert_eq!(pages.hits("/article"), 1);
+
+    // 3. A loopback URL is refused, spliced as ASearcher's failure text,
+    //    never fetched; the server stays healthy and counts it.
+    let refused = crate::common::post_json(
+        &client,
+        &url,
+        &body(
+            &format!(
+                "Try the status page.</think>\n<access> http://127.0.0.1:{}/metrics </access>",
+                server.base.rsplit(':').next().unwrap()
+            ),
+            false,
+        ),
+    )
+    .await;
+    let transcript = refused["seeker"]["transcript"].as_str().unwrap();
+    assert!(
+        transcript.contains(
+            "</access>\n\n<information>\nNo More Information is Found for this URL.\n</information>\n<think>\n"
+        ),
+        "{refused}"
+    );
+    let health = client
+        .get(format!("{}/health", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    // The model may open more pages by itself in its 48 tokens: at least
+    // these two were counted.
+    let metrics = crate::common::metrics_of(&client, &server.base).await;
+    let count = |outcome: &str| -> u64 {
+        let key = format!("seeker_page_fetches_total{{outcome=\"{outcome}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(key.as_str()))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    assert!(count("refused") >= 1, "{metrics}");
+    assert!(count("ok") >= 1, "{metrics}");
+}
