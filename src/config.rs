@@ -281,6 +281,8 @@ pub struct PagesConfig {
     pub concurrency: usize,
     /// Fetches started per second per host; 0 = no limit.
     pub host_requests_per_second: u32,
+    /// Fetches started per second in all; 0 = no limit.
+    pub requests_per_second: u32,
     /// Seconds a page stays cached; 0 turns the cache off.
     pub cache_ttl_s: u64,
     /// Bytes the page cache holds.
@@ -305,6 +307,7 @@ impl Default for PagesConfig {
             max_redirects: d.max_redirects,
             concurrency: d.concurrency,
             host_requests_per_second: d.host_requests_per_second,
+            requests_per_second: d.requests_per_second,
             cache_ttl_s: d.cache_ttl.as_secs(),
             cache_max_bytes: d.cache_max_bytes,
             allow_hosts: Vec::new(),
@@ -347,6 +350,7 @@ impl PagesConfig {
             max_redirects: self.max_redirects,
             concurrency: self.concurrency.max(1),
             host_requests_per_second: self.host_requests_per_second,
+            requests_per_second: self.requests_per_second,
             cache_ttl: std::time::Duration::from_secs(self.cache_ttl_s),
             cache_max_bytes: self.cache_max_bytes,
             policy: crate::pages::UrlPolicy {

@@ -9,7 +9,8 @@
 //! the article, not menus and footers), falling back to `html2text` for pages
 //! Readability finds no article in; `text/plain` is kept as is; PDF and other
 //! types are refused with a clear reason. Fetches are limited globally
-//! (`concurrency`) and per host (`host_requests_per_second`), and cached by
+//! (`concurrency` in flight, `requests_per_second` started) and per host
+//! (`host_requests_per_second`), and cached by
 //! URL (TTL, bounded in bytes, concurrent misses of one URL fetched once).
 //!
 //! A target that is not an absolute URL opens a document of the local
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -28,6 +29,9 @@ use tokio::time::Instant;
 use super::guard::{GuardedResolver, Lookup, Refusal, SystemLookup, UrlPolicy};
 use crate::metrics::Metrics;
 use crate::search::bm25::Bm25Index;
+
+/// Hosts the per-host rate limiter tracks before it drops the idle ones.
+const MAX_RATE_HOSTS: usize = 10_000;
 
 /// Settings of the page reader (`[pages]` in the config).
 #[derive(Clone, Debug)]
@@ -47,6 +51,8 @@ pub struct PageSettings {
     pub concurrency: usize,
     /// Fetches started per second per host; 0 for no limit (default 2).
     pub host_requests_per_second: u32,
+    /// Fetches started per second in all; 0 for no limit (default 20).
+    pub requests_per_second: u32,
     /// How long a page is served from the cache (default 600 s); 0 disables it.
     pub cache_ttl: Duration,
     /// Bytes the page cache holds at most (default 64 MiB).
@@ -67,6 +73,7 @@ impl Default for PageSettings {
             max_redirects: 5,
             concurrency: 8,
             host_requests_per_second: 2,
+            requests_per_second: 20,
             cache_ttl: Duration::from_secs(600),
             cache_max_bytes: 64 * 1024 * 1024,
             user_agent: concat!("seeker/", env!("CARGO_PKG_VERSION"), " (page reader)").into(),
@@ -143,6 +150,7 @@ pub struct PageReader {
     client: reqwest::Client,
     slots: Semaphore,
     host_rate: Option<DefaultKeyedRateLimiter<String>>,
+    rate: Option<DefaultDirectRateLimiter>,
     cache: Option<moka::future::Cache<String, Arc<Page>>>,
     corpus: Option<(String, Arc<Bm25Index>)>,
     metrics: Arc<Metrics>,
@@ -190,6 +198,8 @@ impl PageReader {
             .build()?;
         let host_rate = NonZeroU32::new(settings.host_requests_per_second)
             .map(|n| RateLimiter::keyed(Quota::per_second(n)));
+        let rate = NonZeroU32::new(settings.requests_per_second)
+            .map(|n| RateLimiter::direct(Quota::per_second(n)));
         let cache = (!settings.cache_ttl.is_zero() && settings.cache_max_bytes > 0).then(|| {
             moka::future::Cache::builder()
                 .max_capacity(settings.cache_max_bytes)
@@ -206,6 +216,7 @@ impl PageReader {
             policy,
             client,
             host_rate,
+            rate,
             cache,
             corpus: None,
             metrics,
@@ -325,6 +336,13 @@ impl PageReader {
             if let Some(rate) = &self.host_rate {
                 rate.until_key_ready(&url.host_str().unwrap_or_default().to_string())
                     .await;
+                // One entry per host ever seen: forget the idle ones now and then.
+                if rate.len() > MAX_RATE_HOSTS {
+                    rate.retain_recent();
+                }
+            }
+            if let Some(rate) = &self.rate {
+                rate.until_ready().await;
             }
             let response = self
                 .client
