@@ -65,7 +65,8 @@ pub struct Metrics {
     /// `seeker_search_cache_hits_total{backend}`: queries served by the shared cache.
     pub search_cache_hits: IntCounterVec,
     /// `seeker_page_fetches_total{outcome}`: pages a page action asked for:
-    /// `ok` (a web page read), `corpus` (a corpus document opened), or why
+    /// `ok` (a web page fetched), `cached` (a web page the page cache
+    /// answered), `corpus` (a corpus document opened), or why
     /// not ([`crate::pages::PageError::kind`]: `refused`, `disabled`,
     /// `not_found`, `unsupported`, `http_status`, `timeout`, `redirect`,
     /// `connection`).

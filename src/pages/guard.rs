@@ -31,6 +31,9 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 
+/// Longest URL fetched, in bytes (browsers and servers commonly stop near 8 KiB).
+pub const MAX_URL_BYTES: usize = 4096;
+
 /// Why a URL is not fetched. The message is what the trace shows; the
 /// policy reads its own failure text instead.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,9 +71,15 @@ impl UrlPolicy {
     /// Checks a URL before anything is fetched.
     ///
     /// # Errors
-    /// A [`Refusal`] naming the rule: scheme, credentials, a missing host, the
-    /// host lists, or the address of a host written as an IP.
+    /// A [`Refusal`] naming the rule: length ([`MAX_URL_BYTES`]), scheme,
+    /// credentials, a missing host, the host lists, or the address of a host
+    /// written as an IP.
     pub fn check_url(&self, url: &url::Url) -> Result<(), Refusal> {
+        if url.as_str().len() > MAX_URL_BYTES {
+            return Err(Refusal(format!(
+                "the URL is longer than {MAX_URL_BYTES} bytes"
+            )));
+        }
         match url.scheme() {
             "http" | "https" => {}
             other => return Err(Refusal(format!("scheme `{other}` is not http or https"))),

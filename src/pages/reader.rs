@@ -240,7 +240,8 @@ impl PageReader {
     }
 
     /// Opens one target: an `http(s)` URL, or a corpus document's id or
-    /// title. Counted in `seeker_page_fetches_total{outcome}`.
+    /// title. Counted in `seeker_page_fetches_total{outcome}` (`cached` for
+    /// a page the cache answered).
     ///
     /// # Errors
     /// A [`PageError`] for this target only.
@@ -248,10 +249,12 @@ impl PageReader {
         let started = Instant::now();
         let result = self.open_uncounted(target).await;
         let outcome = match &result {
-            Ok(page) if page.source == "web" => "ok",
+            Ok((_, true)) => "cached",
+            Ok((page, false)) if page.source == "web" => "ok",
             Ok(_) => "corpus",
             Err(e) => e.kind(),
         };
+        let result = result.map(|(page, _)| page);
         self.metrics
             .page_fetches
             .with_label_values(&[outcome])
@@ -268,12 +271,13 @@ impl PageReader {
         result
     }
 
-    async fn open_uncounted(&self, target: &str) -> Result<Page, PageError> {
+    /// The page, and whether it came from the cache.
+    async fn open_uncounted(&self, target: &str) -> Result<(Page, bool), PageError> {
         let target = clean_target(target);
         let url = match url::Url::parse(target) {
             Ok(url) => url,
             // Not an absolute URL: a corpus document.
-            Err(_) => return self.open_document(target).await,
+            Err(_) => return self.open_document(target).await.map(|p| (p, false)),
         };
         self.policy
             .check_url(&url)
@@ -289,12 +293,15 @@ impl PageReader {
                 .map(Arc::new)
         };
         match &self.cache {
-            None => fetch.await.map(|p| p.as_ref().clone()),
+            None => fetch.await.map(|p| (p.as_ref().clone(), false)),
             Some(cache) => cache
                 .entry(key)
                 .or_try_insert_with(fetch)
                 .await
-                .map(|e| e.into_value().as_ref().clone())
+                .map(|e| {
+                    let cached = !e.is_fresh();
+                    (e.into_value().as_ref().clone(), cached)
+                })
                 .map_err(|e| e.as_ref().clone()),
         }
     }

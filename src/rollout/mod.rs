@@ -744,11 +744,12 @@ impl<'a> Rollout<'a> {
                 self.calls += 1;
                 let target = raw.trim();
                 if target.is_empty() {
+                    // Nothing to open: the policy's text for a page it cannot
+                    // read, as ASearcher answers an empty page.
                     self.record(number, RoundOutcome::NoQuery, tokens);
-                    if profile.no_query.is_empty() {
-                        return Ok(Some(FinishReason::Stop));
-                    }
-                    self.splice(profile.no_query.clone()).await?;
+                    let specials = self.ctx.engine.special_tokens();
+                    let text = profile.page_failed("", "the page action names no page", specials);
+                    self.splice(text).await?;
                 } else {
                     self.open_page(number, target, tokens).await?;
                 }
@@ -1218,15 +1219,22 @@ impl<'a> Rollout<'a> {
                         record.error_kind = Some("empty");
                         None
                     } else {
-                        self.documents.push(Document {
-                            id: page.url.clone(),
-                            title: page.title.clone(),
-                            text: crate::search::clean::truncate_chars(&page.text, 2000)
-                                .to_string(),
-                            url: (page.source == "web").then(|| page.url.clone()),
-                            score: 0.0,
-                            backend: page.source.clone(),
-                        });
+                        // A page opened again is one document.
+                        let known = self
+                            .documents
+                            .iter()
+                            .any(|d| d.id == page.url && d.backend == page.source);
+                        if !known {
+                            self.documents.push(Document {
+                                id: page.url.clone(),
+                                title: page.title.clone(),
+                                text: crate::search::clean::truncate_chars(&page.text, 2000)
+                                    .to_string(),
+                                url: (page.source == "web").then(|| page.url.clone()),
+                                score: 0.0,
+                                backend: page.source.clone(),
+                            });
+                        }
                         Some(page)
                     }
                 }

@@ -40,6 +40,15 @@ tomb of his beloved wife, Mumtaz Mahal.</p>
 house, and is set in formal gardens bounded on three sides by a crenellated wall.</p>
 </article><footer>Footer links</footer></body></html>"#;
 
+/// A page whose fact is in no corpus: an answer holding 1887 was read here.
+pub const LIGHTHOUSE: &str = r#"<!doctype html><html><head><title>The Saltmere Lighthouse</title></head><body>
+<nav><a href="/">Home</a> <a href="/menu">Menu entry</a></nav>
+<article><h1>The Saltmere Lighthouse</h1>
+<p>The Saltmere lighthouse was completed in 1887 by the engineer Tove Lindqvist, who built its
+lantern from 240 panes of glass. It guided fishing boats through the strait for a century.</p>
+<p>The lighthouse was automated in 1972 and now houses a small museum of its keepers' logbooks.</p>
+</article><footer>Footer links</footer></body></html>"#;
+
 /// 100 characters of plain text: 3 chunks of 40.
 const LONG: &str = "aaaaaaaaaabbbbbbbbbbccccccccccddddddddddeeeeeeeeeeffffffffffgggggggggghhhhhhhhhhiiiiiiiiiijjjjjjjjjj";
 
@@ -79,6 +88,10 @@ pub async fn page_server() -> PageServer {
                     ARTICLE,
                 )
             }),
+        )
+        .route(
+            "/lighthouse",
+            get(|| async { ([(header::CONTENT_TYPE, "text/html")], LIGHTHOUSE) }),
         )
         .route(
             "/long",
@@ -259,6 +272,10 @@ async fn hostile_urls_are_refused_before_anything_is_fetched_and_none_hangs() {
         ("http://[fd00:ec2::254]/latest/meta-data/".into(), "refused"),
         (format!("http://0.0.0.0:{p}/article"), "refused"),
         (format!("http://user:pw@127.0.0.2:{p}/article"), "refused"),
+        (
+            server.url(&format!("/article?{}", "a".repeat(5000))),
+            "refused",
+        ),
         // Names whose addresses are refused (the test resolver's answers).
         ("http://intranet.test/".into(), "refused"),
         ("http://metadata.test/latest/meta-data/".into(), "refused"),
@@ -297,7 +314,7 @@ async fn hostile_urls_are_refused_before_anything_is_fetched_and_none_hangs() {
     assert_eq!(server.hits("/to-loopback"), 1);
     let text = metrics.render();
     assert!(
-        text.contains("seeker_page_fetches_total{outcome=\"refused\"} 25"),
+        text.contains("seeker_page_fetches_total{outcome=\"refused\"} 26"),
         "{text}"
     );
 }
@@ -597,10 +614,12 @@ async fn tongyi_visit_reads_every_page_of_a_call_at_once_and_answers_refusals_wi
 }
 
 /// ASearcher through the real binary on the default model and config, web
-/// pages turned on for the local page server only (127.0.0.2): a rollout
-/// continued from the client's search call searches the real index; one
-/// continued from a page action opens the page and the model reads it; a
-/// refused URL gets the policy's failure text; the server stays healthy.
+/// pages turned on for the local page server only (127.0.0.2). One rollout
+/// searches the real index (the question, before the first token: a copy of
+/// the profile with `search_question_first`, since the default model was never
+/// trained to write ASearcher's tags), opens the page the client's assistant
+/// message names, and the model reads on from the page; a refused URL gets the
+/// policy's failure text, is never fetched, and the server stays healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_loopback() {
     let pages = page_server().await;
@@ -612,95 +631,102 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
     assert!(config.contains("127.0.0.2/32") && config.contains("\nweb = true\n"));
     let config_path = tmp.path().join("seeker.toml");
     std::fs::write(&config_path, config).unwrap();
+    let policies = tmp.path().join("policies");
+    std::fs::create_dir(&policies).unwrap();
+    for entry in std::fs::read_dir(crate::common::root().join("config/policies")).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, policies.join(path.file_name().unwrap())).unwrap();
+    }
+    let prefetch = std::fs::read_to_string(policies.join("asearcher.toml"))
+        .unwrap()
+        .replace("name = \"asearcher\"", "name = \"asearcher-prefetch\"")
+        .replace(
+            "search_question_first = \"off\"",
+            "search_question_first = \"assistant\"",
+        );
+    assert!(prefetch.contains("asearcher-prefetch") && prefetch.contains("\"assistant\""));
+    std::fs::write(policies.join("asearcher-prefetch.toml"), prefetch).unwrap();
     let server = crate::e2e::start_default_model(
         crate::e2e::shared_index(),
-        &[],
+        &[("SEEKER_POLICY__DIR", policies.to_str().unwrap())],
         &["--config", config_path.to_str().unwrap()],
     );
     let client = reqwest::Client::new();
     crate::e2e::wait_healthy(&client, &server.base).await;
     let url = format!("{}/v1/chat/completions", server.base);
-    let body = |assistant: &str, stream: bool| {
+    let body = |policy: &str, assistant: &str, max_tokens: u32, stream: bool| {
         serde_json::json!({
             "model": seeker::config::DEFAULT_MODEL_ID,
-            "policy": "asearcher",
+            "policy": policy,
             "messages": [
-                {"role": "user", "content": "When was the Taj Mahal commissioned"},
+                {"role": "user", "content": "When was the Saltmere lighthouse completed"},
                 {"role": "assistant", "content": assistant},
             ],
             "continue_final_message": true,
             // Short prompts: each real-model round costs CPU seconds.
             "search": {"top_k": 2},
-            "max_tokens": 48,
+            "max_tokens": max_tokens,
             "temperature": 0,
             "stream": stream,
             "return_transcript": true,
         })
     };
 
-    // 1. The client's search call runs on the real index, in ASearcher's splice.
-    let searched = crate::common::post_json(
-        &client,
-        &url,
-        &body(
-            "I should look it up.</think>\n<search> Taj Mahal </search>",
-            false,
-        ),
-    )
-    .await;
-    let info = &searched["seeker"];
-    assert_eq!(info["rounds"][0]["outcome"], "search", "{searched}");
-    let transcript = info["transcript"].as_str().unwrap();
-    assert!(
-        transcript.contains("</search>\n\n<information>\n[Doc 1]("),
-        "{transcript}"
-    );
-
-    // 2. A page action opens the local page; its article is spliced as
-    //    page 1 and the model reads it (streamed: the open_page event).
+    // 1. One rollout: the question is searched, the page is opened and
+    //    spliced as page 1 (its article, not its menu), the model answers
+    //    from it. Streamed: the search and open_page events.
     let access = format!(
         "I will read the page.</think>\n<access> {} </access>",
-        pages.url("/article")
+        pages.url("/lighthouse")
     );
     let stream = client
         .post(&url)
-        .json(&body(&access, true))
+        .json(&body("asearcher-prefetch", &access, 96, true))
         .send()
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    let mut opened = None;
-    let mut trace = String::new();
+    let (mut opened, mut searched) = (None, None);
+    let (mut trace, mut answer) = (String::new(), String::new());
     for data in crate::http::sse_data(&stream) {
         if data == "[DONE]" {
             continue;
         }
         let chunk: serde_json::Value = serde_json::from_str(&data).unwrap();
-        trace.push_str(
-            chunk["choices"][0]["delta"]["reasoning_content"]
-                .as_str()
-                .unwrap_or(""),
-        );
-        if chunk["seeker"]["event"]["type"] == "open_page" {
-            opened = Some(chunk["seeker"]["event"].clone());
+        let delta = &chunk["choices"][0]["delta"];
+        trace.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+        answer.push_str(delta["content"].as_str().unwrap_or(""));
+        let event = &chunk["seeker"]["event"];
+        if event["type"] == "open_page" && opened.is_none() {
+            opened = Some(event.clone());
+        }
+        if event["type"] == "search" && searched.is_none() {
+            searched = Some(event.clone());
         }
     }
+    let searched = searched.unwrap_or_else(|| panic!("no search event: {stream}"));
+    assert_eq!(searched["round"], 0, "{searched}");
     let opened = opened.unwrap_or_else(|| panic!("no open_page event: {stream}"));
     assert_eq!(opened["source"], "web", "{opened}");
     assert_eq!(opened["chunks"], 1, "{opened}");
-    assert_eq!(opened["title"], "Taj Mahal", "{opened}");
+    assert_eq!(opened["title"], "The Saltmere Lighthouse", "{opened}");
+    assert!(trace.starts_with("\n\n<information>\n[Doc 1]("), "{trace}");
     let splice_at = trace
         .find("</access>\n\n<information>\n>>>> Page 1 >>>>\n\n")
         .unwrap_or_else(|| panic!("{trace}"));
     let after = &trace[splice_at..];
-    assert!(after.contains("commissioned in 1631"), "{trace}");
+    assert!(after.contains("completed in 1887"), "{trace}");
     assert!(!after.contains("Menu entry"), "{trace}");
-    // The model went on reading after the splice.
-    let generated = &after[after.find("</information>\n<think>\n").unwrap() + 22..];
-    assert!(!generated.trim().is_empty(), "{trace}");
-    assert_eq!(pages.hits("/article"), 1);
+    // The model goes on from the page. (This 1.5B instruct model, never
+    // trained on ASearcher's tags, re-opens the page rather than answering:
+    // an answer is not asserted.)
+    let after_page = &after[after.find("</information>\n<think>\n").unwrap() + 22..];
+    assert!(!after_page.trim().is_empty(), "{trace}");
+    let _ = answer;
+    // Opened once: a second read of the same URL comes from the page cache.
+    assert_eq!(pages.hits("/lighthouse"), 1);
 
     // 3. A loopback URL is refused, spliced as ASearcher's failure text,
     //    never fetched; the server stays healthy and counts it.
@@ -708,10 +734,12 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
         &client,
         &url,
         &body(
+            "asearcher",
             &format!(
                 "Try the status page.</think>\n<access> http://127.0.0.1:{}/metrics </access>",
                 server.base.rsplit(':').next().unwrap()
             ),
+            48,
             false,
         ),
     )
@@ -741,4 +769,19 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
     };
     assert!(count("refused") >= 1, "{metrics}");
     assert!(count("ok") >= 1, "{metrics}");
+}
+
+#[tokio::test]
+async fn an_empty_page_action_gets_the_failure_text_and_the_rollout_goes_on() {
+    let (_dir, index) = corpus();
+    let scripts = vec![
+        vec!["<access>   </access>".to_string()],
+        vec!["<answer> unknown </answer>".to_string()],
+    ];
+    let (outcome, _, engine) = run(profile("asearcher"), scripts, index).await;
+    assert_eq!(outcome.answer, "unknown");
+    assert_eq!(outcome.rounds[0].outcome, RoundOutcome::NoQuery);
+    assert!(engine.prompts()[1].ends_with(
+        "<access>   </access>\n\n<information>\nNo More Information is Found for this URL.\n</information>\n<think>\n"
+    ));
 }
