@@ -614,12 +614,12 @@ async fn tongyi_visit_reads_every_page_of_a_call_at_once_and_answers_refusals_wi
 }
 
 /// ASearcher through the real binary on the default model and config, web
-/// pages turned on for the local page server only (127.0.0.2). One rollout
-/// searches the real index (the question, before the first token: a copy of
-/// the profile with `search_question_first`, since the default model was never
-/// trained to write ASearcher's tags), opens the page the client's assistant
-/// message names, and the model reads on from the page; a refused URL gets the
-/// policy's failure text, is never fetched, and the server stays healthy.
+/// pages turned on for the local page server only (127.0.0.2): a rollout
+/// continued from the client's search call searches the real index in
+/// ASearcher's splice; one continued from a page action opens the page and
+/// the model answers from it (a fact no corpus document holds); a refused URL
+/// gets the policy's failure text, is never fetched, and the server stays
+/// healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_loopback() {
     let pages = page_server().await;
@@ -631,33 +631,18 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
     assert!(config.contains("127.0.0.2/32") && config.contains("\nweb = true\n"));
     let config_path = tmp.path().join("seeker.toml");
     std::fs::write(&config_path, config).unwrap();
-    let policies = tmp.path().join("policies");
-    std::fs::create_dir(&policies).unwrap();
-    for entry in std::fs::read_dir(crate::common::root().join("config/policies")).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, policies.join(path.file_name().unwrap())).unwrap();
-    }
-    let prefetch = std::fs::read_to_string(policies.join("asearcher.toml"))
-        .unwrap()
-        .replace("name = \"asearcher\"", "name = \"asearcher-prefetch\"")
-        .replace(
-            "search_question_first = \"off\"",
-            "search_question_first = \"assistant\"",
-        );
-    assert!(prefetch.contains("asearcher-prefetch") && prefetch.contains("\"assistant\""));
-    std::fs::write(policies.join("asearcher-prefetch.toml"), prefetch).unwrap();
     let server = crate::e2e::start_default_model(
         crate::e2e::shared_index(),
-        &[("SEEKER_POLICY__DIR", policies.to_str().unwrap())],
+        &[],
         &["--config", config_path.to_str().unwrap()],
     );
     let client = reqwest::Client::new();
     crate::e2e::wait_healthy(&client, &server.base).await;
     let url = format!("{}/v1/chat/completions", server.base);
-    let body = |policy: &str, assistant: &str, max_tokens: u32, stream: bool| {
+    let body = |assistant: &str, max_tokens: u32, stream: bool| {
         serde_json::json!({
             "model": seeker::config::DEFAULT_MODEL_ID,
-            "policy": policy,
+            "policy": "asearcher",
             "messages": [
                 {"role": "user", "content": "When was the Saltmere lighthouse completed"},
                 {"role": "assistant", "content": assistant},
@@ -672,23 +657,44 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
         })
     };
 
-    // 1. One rollout: the question is searched, the page is opened and
-    //    spliced as page 1 (its article, not its menu), the model answers
-    //    from it. Streamed: the search and open_page events.
+    // 0. The client's search call runs on the real index, in ASearcher's splice.
+    let searched = crate::common::post_json(
+        &client,
+        &url,
+        &body(
+            "I should look it up.</think>\n<search> Saltmere lighthouse </search>",
+            8,
+            false,
+        ),
+    )
+    .await;
+    assert_eq!(
+        searched["seeker"]["rounds"][0]["outcome"], "search",
+        "{searched}"
+    );
+    let transcript = searched["seeker"]["transcript"].as_str().unwrap();
+    assert!(
+        transcript.contains("</search>\n\n<information>\n[Doc 1]("),
+        "{transcript}"
+    );
+
+    // 1. A page action: the page is opened and spliced as page 1 (its
+    //    article, not its menu) and the model answers from it. Streamed: the
+    //    open_page event.
     let access = format!(
         "I will read the page.</think>\n<access> {} </access>",
         pages.url("/lighthouse")
     );
     let stream = client
         .post(&url)
-        .json(&body("asearcher-prefetch", &access, 96, true))
+        .json(&body(&access, 96, true))
         .send()
         .await
         .unwrap()
         .text()
         .await
         .unwrap();
-    let (mut opened, mut searched) = (None, None);
+    let mut opened = None;
     let (mut trace, mut answer) = (String::new(), String::new());
     for data in crate::http::sse_data(&stream) {
         if data == "[DONE]" {
@@ -702,29 +708,20 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
         if event["type"] == "open_page" && opened.is_none() {
             opened = Some(event.clone());
         }
-        if event["type"] == "search" && searched.is_none() {
-            searched = Some(event.clone());
-        }
     }
-    let searched = searched.unwrap_or_else(|| panic!("no search event: {stream}"));
-    assert_eq!(searched["round"], 0, "{searched}");
     let opened = opened.unwrap_or_else(|| panic!("no open_page event: {stream}"));
     assert_eq!(opened["source"], "web", "{opened}");
     assert_eq!(opened["chunks"], 1, "{opened}");
     assert_eq!(opened["title"], "The Saltmere Lighthouse", "{opened}");
-    assert!(trace.starts_with("\n\n<information>\n[Doc 1]("), "{trace}");
+
     let splice_at = trace
         .find("</access>\n\n<information>\n>>>> Page 1 >>>>\n\n")
         .unwrap_or_else(|| panic!("{trace}"));
     let after = &trace[splice_at..];
     assert!(after.contains("completed in 1887"), "{trace}");
     assert!(!after.contains("Menu entry"), "{trace}");
-    // The model goes on from the page. (This 1.5B instruct model, never
-    // trained on ASearcher's tags, re-opens the page rather than answering:
-    // an answer is not asserted.)
-    let after_page = &after[after.find("</information>\n<think>\n").unwrap() + 22..];
-    assert!(!after_page.trim().is_empty(), "{trace}");
-    let _ = answer;
+    // The answer is the page's fact, which no corpus document holds.
+    assert!(answer.contains("1887"), "answer {answer:?} after {trace}");
     // Opened once: a second read of the same URL comes from the page cache.
     assert_eq!(pages.hits("/lighthouse"), 1);
 
@@ -734,7 +731,6 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
         &client,
         &url,
         &body(
-            "asearcher",
             &format!(
                 "Try the status page.</think>\n<access> http://127.0.0.1:{}/metrics </access>",
                 server.base.rsplit(':').next().unwrap()
