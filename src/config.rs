@@ -322,7 +322,9 @@ impl PagesConfig {
     /// The reader's settings.
     ///
     /// # Errors
-    /// A network that is not CIDR notation, or a zero timeout or byte cap.
+    /// A network that is not CIDR notation or an address, a host that is
+    /// empty or not a host name, a zero timeout or byte cap; the message
+    /// names the key.
     pub fn settings(&self) -> Result<crate::pages::PageSettings, ConfigError> {
         let nets = |key: &str, list: &[String]| {
             list.iter()
@@ -337,12 +339,30 @@ impl PagesConfig {
                 })
                 .collect::<Result<Vec<_>, _>>()
         };
-        if self.timeout_ms == 0 || self.max_bytes == 0 {
+        if self.timeout_ms == 0 {
             return Err(ConfigError::Invalid(
-                "pages.timeout_ms and pages.max_bytes must be positive".into(),
+                "pages.timeout_ms must be positive".into(),
             ));
         }
-        let hosts = |list: &[String]| list.iter().map(|h| h.trim().to_ascii_lowercase()).collect();
+        if self.max_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "pages.max_bytes must be positive".into(),
+            ));
+        }
+        let hosts = |key: &str, list: &[String]| {
+            list.iter()
+                .map(|h| {
+                    let host = h.trim().to_ascii_lowercase();
+                    let bare = host.strip_prefix("*.").unwrap_or(&host);
+                    if bare.is_empty() || bare.contains(['/', ':', ' ']) {
+                        return Err(ConfigError::Invalid(format!(
+                            "pages.{key}: {h:?} is not a host such as example.org or *.example.org"
+                        )));
+                    }
+                    Ok(host)
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
         Ok(crate::pages::PageSettings {
             web: self.web,
             timeout: std::time::Duration::from_millis(self.timeout_ms),
@@ -354,8 +374,8 @@ impl PagesConfig {
             cache_ttl: std::time::Duration::from_secs(self.cache_ttl_s),
             cache_max_bytes: self.cache_max_bytes,
             policy: crate::pages::UrlPolicy {
-                allow_hosts: hosts(&self.allow_hosts),
-                deny_hosts: hosts(&self.deny_hosts),
+                allow_hosts: hosts("allow_hosts", &self.allow_hosts)?,
+                deny_hosts: hosts("deny_hosts", &self.deny_hosts)?,
                 allow_networks: nets("allow_networks", &self.allow_networks)?,
                 deny_networks: nets("deny_networks", &self.deny_networks)?,
             },
@@ -701,6 +721,31 @@ fn env_value(default: &serde_json::Value, raw: &str) -> Result<figment::value::V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bad_pages_settings_name_their_key() {
+        let bad = |edit: fn(&mut PagesConfig)| {
+            let mut p = PagesConfig::default();
+            edit(&mut p);
+            p.settings().unwrap_err().to_string()
+        };
+        assert!(bad(|p| p.deny_hosts = vec!["".into()]).contains("pages.deny_hosts"));
+        assert!(bad(|p| p.allow_hosts = vec!["http://a.org/".into()]).contains("pages.allow_hosts"));
+        assert!(
+            bad(|p| p.allow_networks = vec!["nonsense".into()]).contains("pages.allow_networks")
+        );
+        let timeout = bad(|p| p.timeout_ms = 0);
+        assert!(timeout.contains("pages.timeout_ms") && !timeout.contains("max_bytes"));
+        assert!(bad(|p| p.max_bytes = 0).contains("pages.max_bytes"));
+        let ok = PagesConfig {
+            allow_hosts: vec![" *.Example.org ".into()],
+            allow_networks: vec!["10.0.0.1".into()],
+            ..PagesConfig::default()
+        };
+        let settings = ok.settings().unwrap();
+        assert_eq!(settings.policy.allow_hosts, ["*.example.org"]);
+        assert_eq!(settings.policy.allow_networks[0].to_string(), "10.0.0.1/32");
+    }
 
     #[test]
     fn shipped_config_equals_the_defaults() {
