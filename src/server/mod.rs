@@ -18,6 +18,7 @@
 
 pub mod api_doc;
 pub(crate) mod chat;
+pub mod citations;
 pub mod error;
 pub(crate) mod json;
 pub(crate) mod listen;

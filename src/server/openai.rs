@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::citations::UrlCitation;
 use crate::engine::Role;
 use crate::rollout::RoundRecord;
 use crate::search::Document;
@@ -375,6 +376,29 @@ pub struct ResponseMessage {
     pub role: String,
     pub content: String,
     pub reasoning_content: String,
+    /// The answer's citations (`[n]` markers, or the documents that hold the
+    /// answer: [`super::citations`]); empty when nothing is cited.
+    pub annotations: Vec<ChatAnnotation>,
+}
+
+/// OpenAI's Chat Completions citation: `{"type": "url_citation",
+/// "url_citation": {"start_index", "end_index", "title", "url"}}` (as its
+/// search models return it; typed by the official SDKs).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct ChatAnnotation {
+    /// `url_citation`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub url_citation: UrlCitation,
+}
+
+impl From<UrlCitation> for ChatAnnotation {
+    fn from(url_citation: UrlCitation) -> Self {
+        Self {
+            kind: "url_citation".into(),
+            url_citation,
+        }
+    }
 }
 
 /// One server-sent event of a streamed completion (`text/event-stream`), as
@@ -418,6 +442,11 @@ pub struct Delta {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
+    /// The answer's citations, once, in the last chunk (with
+    /// `finish_reason`), when there are any; indices count characters of the
+    /// whole streamed `content`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<Vec<ChatAnnotation>>,
 }
 
 /// `GET /v1/models`.

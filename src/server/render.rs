@@ -8,13 +8,15 @@
 //! a chunk with `delta.reasoning_content` (reasoning, and spliced text marked
 //! with `seeker.event = {"type": "splice"}`), `delta.content` (the answer) or
 //! an empty delta carrying the search event in `seeker.event`; a last chunk
-//! with `finish_reason` and the `seeker` information; with
+//! with `finish_reason`, the answer's `url_citation` annotations
+//! (`delta.annotations`, when there are any) and the `seeker` information; with
 //! `stream_options.include_usage`, a usage chunk with no choices (OpenAI's
 //! shape).
 
+use super::citations;
 use super::openai::{
-    ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Citation, Delta, ResponseMessage,
-    SearchHit, SeekerChunk, SeekerEvent, SeekerInfo, Usage,
+    ChatAnnotation, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Citation, Delta,
+    ResponseMessage, SearchHit, SeekerChunk, SeekerEvent, SeekerInfo, Usage,
 };
 use crate::rollout::{RolloutEvent, RolloutOutcome};
 
@@ -149,8 +151,13 @@ impl ChunkWriter {
     /// The last chunk of a finished rollout: `finish_reason` and `seeker`.
     pub fn finish(&self, outcome: &RolloutOutcome) -> ChatCompletionChunk {
         let info = self.meta.seeker_info(outcome);
+        let annotations = annotations(outcome);
+        let delta = Delta {
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            ..Delta::default()
+        };
         self.delta(
-            Delta::default(),
+            delta,
             Some(outcome.finish_reason.as_str().to_string()),
             Some(SeekerChunk::Final(info)),
         )
@@ -227,12 +234,21 @@ pub(crate) fn completion(
                 role: "assistant".into(),
                 content: outcome.answer.clone(),
                 reasoning_content: reasoning,
+                annotations: annotations(outcome),
             },
             finish_reason: outcome.finish_reason.as_str().to_string(),
         }],
         usage: usage(outcome),
         seeker: meta.seeker_info(outcome),
     }
+}
+
+/// The answer's citations in the Chat Completions shape.
+fn annotations(outcome: &RolloutOutcome) -> Vec<ChatAnnotation> {
+    citations::annotate(outcome)
+        .into_iter()
+        .map(ChatAnnotation::from)
+        .collect()
 }
 
 fn usage(outcome: &RolloutOutcome) -> Usage {
@@ -393,7 +409,10 @@ mod tests {
         let w = ChunkWriter::new(meta(false));
         let last = json(&w.finish(&outcome()));
         assert_eq!(last["choices"][0]["finish_reason"], "length");
-        assert_eq!(last["choices"][0]["delta"], json!({}));
+        assert_eq!(
+            last["choices"][0]["delta"]["annotations"][0]["url_citation"]["title"],
+            "Mona Lisa"
+        );
         assert_eq!(last["seeker"]["policy"], "search-r1");
         assert_eq!(last["seeker"]["searches"], 1);
         assert_eq!(last["seeker"]["documents"][0]["title"], "Mona Lisa");
@@ -420,12 +439,19 @@ mod tests {
         assert_eq!(c["object"], "chat.completion");
         assert_eq!(
             c["choices"][0]["message"],
-            json!({"role": "assistant", "content": "Leonardo", "reasoning_content": "trace"})
+            json!({"role": "assistant", "content": "Leonardo", "reasoning_content": "trace",
+                "annotations": [{"type": "url_citation", "url_citation": {"start_index": 0,
+                    "end_index": 8, "title": "Mona Lisa", "url": "https://example.org/mona"}}]})
         );
+
         assert_eq!(c["choices"][0]["finish_reason"], "length");
         assert_eq!(c["usage"]["total_tokens"], 42);
         assert_eq!(c["seeker"]["transcript"], "<search> q </search>");
         assert_eq!(trace_text(&RolloutEvent::Splice("doc".into())), Some("doc"));
         assert_eq!(trace_text(&RolloutEvent::Answer("a".into())), None);
+        let mut uncited = outcome();
+        uncited.answer = "Michelangelo".into();
+        let c = serde_json::to_value(completion(&meta(false), &uncited, String::new())).unwrap();
+        assert_eq!(c["choices"][0]["message"]["annotations"], json!([]));
     }
 }
