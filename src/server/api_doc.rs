@@ -21,6 +21,7 @@ use utoipa::{Modify, OpenApi};
     ),
     paths(
         super::chat::chat_completions,
+        super::responses::create_response,
         super::retrieve::retrieve,
         super::models,
         super::model,

@@ -57,31 +57,41 @@ pub(crate) async fn chat_completions(
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
-    let Some(engine) = state.engine() else {
-        return ApiError::new(
-            ErrorCode::ModelLoading,
-            "the model is still loading; retry shortly",
-        )
-        .into_response();
+    let ctx = match context(&state, &validated) {
+        Ok(ctx) => ctx,
+        Err(e) => return e.into_response(),
     };
-    if state.ops.is_ending() {
-        return shutting_down().into_response();
-    }
     let meta = ResponseMeta::new(
         state.model_id.clone(),
         validated.profile.name.clone(),
         validated.return_transcript,
     );
-    let ctx = RolloutContext {
-        engine,
-        search: Arc::clone(&state.search),
-        profile: Arc::clone(&validated.profile),
-    };
     if validated.stream {
         stream(state, ctx, validated, meta, started).into_response()
     } else {
         complete(state, ctx, validated, meta, started).await
     }
+}
+
+/// What a validated request's rollout runs with.
+///
+/// # Errors
+/// 503 while the model loads or once the server is shutting down.
+pub(super) fn context(state: &AppState, validated: &Validated) -> Result<RolloutContext, ApiError> {
+    let Some(engine) = state.engine() else {
+        return Err(ApiError::new(
+            ErrorCode::ModelLoading,
+            "the model is still loading; retry shortly",
+        ));
+    };
+    if state.ops.is_ending() {
+        return Err(shutting_down());
+    }
+    Ok(RolloutContext {
+        engine,
+        search: Arc::clone(&state.search),
+        profile: Arc::clone(&validated.profile),
+    })
 }
 
 async fn complete(
@@ -178,7 +188,7 @@ fn stream(
 }
 
 /// How a bounded rollout ended.
-enum Ended {
+pub(super) enum Ended {
     Done(Result<RolloutOutcome, RolloutError>),
     /// The per-request deadline passed.
     Timeout,
@@ -188,7 +198,7 @@ enum Ended {
 
 impl Ended {
     /// The outcome, or the error to send.
-    fn into_result(self, state: &AppState) -> Result<RolloutOutcome, ApiError> {
+    pub(super) fn into_result(self, state: &AppState) -> Result<RolloutOutcome, ApiError> {
         match self {
             Ended::Done(r) => r.map_err(ApiError::from),
             Ended::Timeout => {
@@ -217,7 +227,7 @@ fn shutting_down() -> ApiError {
 /// Runs `rollout` until it ends, the request's deadline (from `started`)
 /// passes, or the server's shutdown grace period ends; the rollout is dropped
 /// (and so cancelled) in the last two cases.
-async fn bounded(
+pub(super) async fn bounded(
     state: &AppState,
     started: Instant,
     rollout: impl Future<Output = Result<RolloutOutcome, RolloutError>>,

@@ -6,7 +6,8 @@
 //! is what every handler shares, [`error`] the error shape, [`openai`] the
 //! wire types, [`api_doc`] the OpenAPI document.
 //!
-//! Routes: `POST /v1/chat/completions` ([`chat`]), `GET /v1/models`,
+//! Routes: `POST /v1/chat/completions` ([`chat`]), `POST /v1/responses`
+//! ([`responses`], OpenAI's Responses API), `GET /v1/models`,
 //! `GET /v1/models/{id}`, `POST /retrieve` ([`retrieve`]), `GET /health` (503
 //! while the model loads), `GET /metrics` (Prometheus), `GET /openapi.json`
 //! and `GET /docs` (Swagger UI, served from the binary), `GET /` (the web UI
@@ -26,6 +27,7 @@ pub(crate) mod observe;
 pub mod openai;
 pub(crate) mod ops;
 pub(crate) mod render;
+pub mod responses;
 pub(crate) mod retrieve;
 pub(crate) mod state;
 pub(crate) mod validate;
@@ -75,6 +77,12 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route(
             "/v1/chat/completions",
             post(chat::chat_completions)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
+        .route(
+            "/v1/responses",
+            post(responses::create_response)
                 .layer(body_limit)
                 .layer(limited.clone()),
         )

@@ -48,7 +48,7 @@ impl ResponseMeta {
         }
     }
 
-    fn seeker_info(&self, outcome: &RolloutOutcome) -> SeekerInfo {
+    pub(crate) fn seeker_info(&self, outcome: &RolloutOutcome) -> SeekerInfo {
         SeekerInfo {
             policy: self.policy.clone(),
             searches: outcome.searches,

@@ -14,7 +14,7 @@ use tower::ServiceExt;
 
 use crate::common::{doc, profiles, StaticBackend};
 
-fn state(engine: Option<ScriptedEngine>) -> Arc<AppState> {
+pub fn state(engine: Option<ScriptedEngine>) -> Arc<AppState> {
     let backend = StaticBackend::with(&[(
         "Mona Lisa painter",
         vec![doc("7", "Mona Lisa", "A portrait by Leonardo da Vinci.")],
@@ -32,7 +32,7 @@ fn state(engine: Option<ScriptedEngine>) -> Arc<AppState> {
     Arc::new(state)
 }
 
-fn script() -> ScriptedEngine {
+pub fn script() -> ScriptedEngine {
     ScriptedEngine::new([
         vec![
             "<think>look it up</think>",
@@ -42,7 +42,12 @@ fn script() -> ScriptedEngine {
     ])
 }
 
-async fn send(state: Arc<AppState>, method: &str, uri: &str, body: &str) -> (StatusCode, String) {
+pub async fn send(
+    state: Arc<AppState>,
+    method: &str,
+    uri: &str,
+    body: &str,
+) -> (StatusCode, String) {
     send_bytes(state, method, uri, body.as_bytes().to_vec()).await
 }
 
@@ -65,7 +70,7 @@ async fn send_bytes(
     (status, String::from_utf8(bytes.to_vec()).unwrap())
 }
 
-fn error_of(body: &str) -> Value {
+pub fn error_of(body: &str) -> Value {
     let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
     let err = v["error"].clone();
     for key in ["message", "type", "code"] {

@@ -12,6 +12,8 @@
 //! - `backends`: the dispatcher and every search backend (tantivy index, web
 //!   APIs against fake servers, a real searx, the retriever protocol).
 //! - `http`: the API surface through the router, no model needed.
+//! - `responses`: `/v1/responses` through the router: items, the event
+//!   sequence, citations, errors in the Responses request's terms.
 //! - `ops`: keys, CORS, limits, deadlines, shutdown, cancellation, metrics over TCP.
 //! - `prepare`: weight copies of the default GGUF (`seeker model prepare`).
 //! - `remote`: the remote engine against real llama.cpp servers (xllamacpp)
@@ -40,6 +42,7 @@ mod prepare;
 mod protocols;
 mod qwen;
 mod remote;
+mod responses;
 mod reuse;
 mod rollout;
 mod splice;
