@@ -67,6 +67,12 @@ pub struct ServerConfig {
     /// are ended with a `server_shutting_down` error; new connections are
     /// refused at once.
     pub shutdown_grace_s: u64,
+    /// Host names `/mcp` answers to (the `Host` header, port ignored);
+    /// others get a 403 `host_not_allowed`: the MCP specification's guard
+    /// against DNS rebinding. Default: the loopback names. Add the names
+    /// clients use when the server is reached from elsewhere; `["*"]`
+    /// allows any host.
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -83,6 +89,7 @@ impl Default for ServerConfig {
             body_timeout_s: 30,
             header_timeout_s: 30,
             shutdown_grace_s: 30,
+            mcp_allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
         }
     }
 }
@@ -560,6 +567,15 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "server.max_body_bytes must be at least 1024".into(),
             ));
+        }
+        for host in &self.server.mcp_allowed_hosts {
+            let bare = host.trim_matches(|c| c == '[' || c == ']');
+            if bare.is_empty() || bare.contains(|c: char| c.is_whitespace() || c == '/') {
+                return Err(ConfigError::Invalid(format!(
+                    "server.mcp_allowed_hosts: {host:?} is not a host name \
+                     (a name or address without scheme or port, or \"*\")"
+                )));
+            }
         }
         for origin in &self.server.cors_origins {
             if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {

@@ -30,6 +30,7 @@
 
 use std::collections::HashSet;
 
+use rmcp::schemars;
 use serde::{Deserialize, Serialize};
 
 use crate::rollout::RolloutOutcome;
@@ -41,7 +42,9 @@ pub const MAX_SUPPORTING: usize = 3;
 /// One citation: a span of the answer and the document it cites. The Chat
 /// Completions shape nests it (`{"type": "url_citation", "url_citation":
 /// {…}}`); the Responses API's is flat (`{"type": "url_citation", …}`).
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[derive(
+    Clone, Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema, schemars::JsonSchema,
+)]
 pub struct UrlCitation {
     /// First cited character (Unicode scalar index into the answer).
     pub start_index: usize,

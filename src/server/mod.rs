@@ -7,7 +7,8 @@
 //! wire types, [`api_doc`] the OpenAPI document.
 //!
 //! Routes: `POST /v1/chat/completions` ([`chat`]), `POST /v1/responses`
-//! ([`responses`], OpenAI's Responses API), `GET /v1/models`,
+//! ([`responses`], OpenAI's Responses API), `POST /mcp` ([`mcp`], a Model
+//! Context Protocol server with `search` and `research` tools), `GET /v1/models`,
 //! `GET /v1/models/{id}`, `POST /retrieve` ([`retrieve`]), `GET /health` (503
 //! while the model loads), `GET /metrics` (Prometheus), `GET /openapi.json`
 //! and `GET /docs` (Swagger UI, served from the binary), `GET /` (the web UI
@@ -23,6 +24,7 @@ pub mod citations;
 pub mod error;
 pub(crate) mod json;
 pub(crate) mod listen;
+pub(crate) mod mcp;
 pub(crate) mod observe;
 pub mod openai;
 pub(crate) mod ops;
@@ -88,7 +90,19 @@ pub fn app(state: Arc<AppState>) -> Router {
         )
         .route(
             "/retrieve",
-            post(retrieve::retrieve).layer(body_limit).layer(limited),
+            post(retrieve::retrieve)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
+        .merge(
+            // The host check runs first, then the concurrency limit.
+            Router::new()
+                .route_service("/mcp", mcp::service(Arc::clone(&state)))
+                .layer(limited)
+                .layer(middleware::from_fn_with_state(
+                    Arc::clone(&state),
+                    mcp::guard,
+                )),
         )
         .merge(
             utoipa_swagger_ui::SwaggerUi::new("/docs")

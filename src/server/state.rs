@@ -33,6 +33,8 @@ pub struct AppState {
     pub ops: ops::Ops,
     /// Browser origins allowed by CORS; empty = no CORS headers.
     pub(crate) cors_origins: Vec<String>,
+    /// Host names `/mcp` answers to (`server.mcp_allowed_hosts`).
+    pub(crate) mcp_allowed_hosts: Vec<String>,
     started: u64,
 }
 
@@ -58,6 +60,7 @@ impl AppState {
             metrics,
             ops: ops::Ops::default(),
             cors_origins: Vec::new(),
+            mcp_allowed_hosts: crate::config::ServerConfig::default().mcp_allowed_hosts,
             search,
             profiles: profiles
                 .into_iter()
@@ -81,6 +84,14 @@ impl AppState {
     ) -> Self {
         self.ops = ops::Ops::new(config, keys);
         self.cors_origins = config.cors_origins.clone();
+        self.mcp_allowed_hosts = config
+            .mcp_allowed_hosts
+            .iter()
+            .map(|h| {
+                h.trim_matches(|c| c == '[' || c == ']')
+                    .to_ascii_lowercase()
+            })
+            .collect();
         self
     }
 

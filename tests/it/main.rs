@@ -12,6 +12,8 @@
 //! - `backends`: the dispatcher and every search backend (tantivy index, web
 //!   APIs against fake servers, a real searx, the retriever protocol).
 //! - `http`: the API surface through the router, no model needed.
+//! - `mcp`: `/mcp` through the router: the MCP exchange, both tools, and
+//!   the transport's refusals in the API's error shape.
 //! - `responses`: `/v1/responses` through the router: items, the event
 //!   sequence, citations, errors in the Responses request's terms.
 //! - `ops`: keys, CORS, limits, deadlines, shutdown, cancellation, metrics over TCP.
@@ -36,6 +38,7 @@ mod common;
 mod e2e;
 mod faults;
 mod http;
+mod mcp;
 mod ops;
 mod pages;
 mod prepare;

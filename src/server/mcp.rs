@@ -1,0 +1,396 @@
+//! `POST /mcp`: seeker as a Model Context Protocol server (the streamable
+//! HTTP transport, JSON-RPC 2.0; MCP specification 2025-06-18), built on the
+//! official Rust SDK (`rmcp`). Two tools:
+//! - `search`: queries → documents, every query at once, from any configured
+//!   backend (the same dispatcher, limits and cache as chat rollouts);
+//! - `research`: a question → the policy's answer, its `url_citation`s
+//!   ([`super::citations`]) and the documents it read: one whole rollout of
+//!   the default policy (or the one named), under the request deadline.
+//!
+//! Stateless: no session is kept between HTTP requests, each answer is one
+//! `application/json` body, and a `GET` (a server-to-client stream) is a
+//! 405. The API keys, the concurrency limit and the request deadline apply as
+//! on every other route. The `Host` header must name one of
+//! `server.mcp_allowed_hosts` (loopback names by default): the MCP
+//! specification's guard against DNS rebinding, since a browser page could
+//! otherwise reach a local server without a key.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::model::{Implementation, ServerCapabilities, ServerInfo};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{schemars, tool, tool_handler, tool_router, ServerHandler};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+use super::chat::{bounded, context};
+use super::citations::{self, document_url, UrlCitation};
+use super::error::{ApiError, ErrorCode};
+use super::openai::{ChatCompletionRequest, ChatMessage, MessageContent, MessageRole};
+use super::validate::{validate, MAX_TOP_K};
+use super::AppState;
+use crate::rollout;
+
+/// Queries one `search` call may carry (as `/retrieve`).
+pub const MAX_QUERIES: usize = super::retrieve::MAX_QUERIES;
+
+/// The MCP service mounted at `/mcp`.
+pub(crate) fn service(state: Arc<AppState>) -> StreamableHttpService<Tools, LocalSessionManager> {
+    let config = StreamableHttpServerConfig::default()
+        .with_stateful_mode(false)
+        .with_json_response(true)
+        .with_sse_keep_alive(None)
+        // `Host` is checked by [`guard`], in the API's error shape.
+        .disable_allowed_hosts();
+    StreamableHttpService::new(
+        move || Ok(Tools::new(Arc::clone(&state))),
+        Arc::default(),
+        config,
+    )
+}
+
+/// Refuses a `Host` not in `server.mcp_allowed_hosts` (403
+/// `host_not_allowed`; `*` in the list allows any), and gives the
+/// transport's refusals (a method other than POST, a missing `Accept`, a body
+/// that is not JSON) in the API's error shape, a body that is not JSON as
+/// JSON-RPC's parse error (-32700, HTTP 400).
+pub(crate) async fn guard(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(host_name)
+        .unwrap_or_default();
+    let allowed = &state.mcp_allowed_hosts;
+    if !allowed
+        .iter()
+        .any(|a| a == "*" || a.eq_ignore_ascii_case(&host))
+    {
+        return ApiError::new(
+            ErrorCode::HostNotAllowed,
+            format!(
+                "/mcp does not answer requests for host `{}`; add it to \
+                 server.mcp_allowed_hosts (now: {})",
+                super::error::clip(&host),
+                allowed.join(", ")
+            ),
+        )
+        .into_response();
+    }
+    let sent_json = is_json(request.headers());
+    let response = next.run(request).await;
+    if response.status().is_success() || is_json(response.headers()) {
+        return response;
+    }
+    let status = response.status();
+    let reason = match axum::body::to_bytes(response.into_body(), 4096).await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    let error = match status {
+        StatusCode::METHOD_NOT_ALLOWED => {
+            let mut r = ApiError::new(
+                ErrorCode::MethodNotAllowed,
+                "/mcp takes POST with a JSON-RPC message; it keeps no sessions, so there \
+                 is no server stream (GET) or session to end (DELETE)",
+            )
+            .into_response();
+            r.headers_mut()
+                .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+            return r;
+        }
+        StatusCode::NOT_ACCEPTABLE => ApiError::new(
+            ErrorCode::NotAcceptable,
+            "send `Accept: application/json, text/event-stream`, as MCP's streamable HTTP \
+             transport requires",
+        ),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE if sent_json => {
+            let body = serde_json::json!({"jsonrpc": "2.0", "id": null,
+                "error": {"code": -32700, "message": format!("parse error: {reason}")}});
+            return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+        }
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "send the JSON-RPC message with `Content-Type: application/json`",
+        ),
+        s if s.is_client_error() => ApiError::new(ErrorCode::InvalidMcpRequest, reason),
+        _ => ApiError::new(ErrorCode::EngineFailure, reason),
+    };
+    error.into_response()
+}
+
+/// Whether `headers` declare a JSON body.
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"))
+}
+
+/// The host of a `Host` header value, without port or IPv6 brackets.
+fn host_name(value: &str) -> String {
+    let host = match value.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => value.rsplit_once(':').map_or(value, |(h, _)| h),
+    };
+    host.to_ascii_lowercase()
+}
+
+/// The tools, over the server's state.
+#[derive(Clone)]
+pub(crate) struct Tools {
+    state: Arc<AppState>,
+    tool_router: ToolRouter<Self>,
+}
+
+/// `search`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct SearchArgs {
+    /// Queries, searched all at once (1 to 64).
+    pub queries: Vec<String>,
+    /// Documents per query, 1 to 50 (default 3).
+    #[serde(default)]
+    pub top_k: Option<u32>,
+    /// A configured backend's name (default: the server's default backend).
+    #[serde(default)]
+    pub backend: Option<String>,
+}
+
+/// `search`'s result.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct SearchOutput {
+    /// One entry per query, in order.
+    pub results: Vec<QueryResults>,
+}
+
+/// The documents of one query.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct QueryResults {
+    pub query: String,
+    pub documents: Vec<FoundDocument>,
+    /// Why the query failed (the other queries are unaffected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A document.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct FoundDocument {
+    pub id: String,
+    pub title: String,
+    pub text: String,
+    /// The document's URL, or `seeker://BACKEND/ID` for a corpus passage.
+    pub url: String,
+    /// The backend's score; higher is better.
+    pub score: f32,
+    /// The backend that returned it.
+    pub backend: String,
+}
+
+impl From<&crate::search::Document> for FoundDocument {
+    fn from(d: &crate::search::Document) -> Self {
+        Self {
+            id: d.id.clone(),
+            title: d.title.clone(),
+            text: d.text.clone(),
+            url: document_url(d),
+            score: d.score,
+            backend: d.backend.clone(),
+        }
+    }
+}
+
+/// `research`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ResearchArgs {
+    /// The question to research and answer.
+    pub question: String,
+    /// A policy profile (default: the server's default policy).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Budget for all generated tokens (default: the server's).
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+}
+
+/// `research`'s result.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ResearchOutput {
+    /// The policy's answer.
+    pub answer: String,
+    /// `stop`, or `length` when the budget, context or round cap ended it.
+    pub finish_reason: String,
+    /// Search calls the policy made.
+    pub searches: usize,
+    /// Spans of the answer and the documents they cite.
+    pub citations: Vec<UrlCitation>,
+    /// Every document the policy read, in order.
+    pub documents: Vec<FoundDocument>,
+}
+
+#[tool_router]
+impl Tools {
+    fn new(state: Arc<AppState>) -> Self {
+        Self {
+            state,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Searches every query at once and returns each query's documents.
+    #[tool(
+        name = "search",
+        description = "Search seeker's configured backends (a local BM25 index, the web or a \
+                       retriever). All queries run at once; returns each query's documents \
+                       with title, text, URL and score."
+    )]
+    async fn search(
+        &self,
+        Parameters(args): Parameters<SearchArgs>,
+    ) -> Result<Json<SearchOutput>, String> {
+        if args.queries.is_empty() || args.queries.len() > MAX_QUERIES {
+            return Err(format!("queries: give 1 to {MAX_QUERIES} queries"));
+        }
+        if args.queries.iter().any(|q| q.trim().is_empty()) {
+            return Err("queries: a query is empty".into());
+        }
+        let k = args.top_k.unwrap_or(super::retrieve::DEFAULT_TOPK as u32);
+        if !(1..=MAX_TOP_K).contains(&k) {
+            return Err(format!("top_k must be between 1 and {MAX_TOP_K}"));
+        }
+        let search = &self.state.search;
+        if let Some(b) = &args.backend {
+            if !search.has_backend(b) {
+                return Err(format!(
+                    "unknown search backend `{}`; this server has: {}",
+                    super::error::clip(b),
+                    search.backend_names().join(", ")
+                ));
+            }
+        }
+        let found = search
+            .search_round(args.backend.as_deref(), &args.queries, k as usize)
+            .await;
+        let results = args
+            .queries
+            .into_iter()
+            .zip(found)
+            .map(|(query, r)| match r.result {
+                Ok(docs) => QueryResults {
+                    query,
+                    documents: docs.iter().map(FoundDocument::from).collect(),
+                    error: None,
+                },
+                Err(e) => QueryResults {
+                    query,
+                    documents: Vec::new(),
+                    error: Some(e.to_string()),
+                },
+            })
+            .collect();
+        Ok(Json(SearchOutput { results }))
+    }
+
+    /// Runs the policy on a question: it searches, reads and answers.
+    #[tool(
+        name = "research",
+        description = "Research a question with seeker's search-reasoning policy: it writes \
+                       search queries, reads the documents and answers. Returns the answer, \
+                       its citations (spans of the answer and the cited documents' URLs) and \
+                       every document read. Takes seconds to minutes."
+    )]
+    async fn research(
+        &self,
+        Parameters(args): Parameters<ResearchArgs>,
+    ) -> Result<Json<ResearchOutput>, String> {
+        let started = Instant::now();
+        let state = &self.state;
+        let chat = ChatCompletionRequest {
+            model: None,
+            messages: vec![ChatMessage {
+                role: MessageRole::User,
+                content: Some(MessageContent::Text(args.question)),
+            }],
+            stream: None,
+            stream_options: None,
+            max_tokens: args.max_tokens,
+            max_completion_tokens: None,
+            temperature: None,
+            top_p: None,
+            n: None,
+            stop: None,
+            seed: None,
+            user: None,
+            policy: args.policy,
+            continue_final_message: None,
+            return_transcript: None,
+            search: None,
+        };
+        let explain = |e: ApiError| {
+            let message = e
+                .message
+                .replace("messages[0] is a user message", "the question");
+            match e.param {
+                Some(p) if p.starts_with("messages") => format!("question: {message}"),
+                Some(p) => format!("{p}: {message}"),
+                None => message,
+            }
+        };
+        let validated = validate(state, chat).map_err(explain)?;
+        let ctx = context(state, &validated).map_err(explain)?;
+        let (tx, mut rx) = mpsc::channel(64);
+        let run = async {
+            let ended = bounded(state, started, rollout::run(&ctx, &validated.rollout, &tx)).await;
+            drop(tx);
+            ended
+        };
+        let drain = async { while rx.recv().await.is_some() {} };
+        let (ended, ()) = tokio::join!(run, drain);
+        let outcome = ended.into_result(state).map_err(explain)?;
+        Ok(Json(ResearchOutput {
+            citations: citations::annotate(&outcome),
+            answer: outcome.answer.clone(),
+            finish_reason: outcome.finish_reason.as_str().to_string(),
+            searches: outcome.searches,
+            documents: outcome.documents.iter().map(FoundDocument::from).collect(),
+        }))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerInfo {
+        ServerInfo::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("seeker", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "seeker serves search-augmented reasoning policies. `search` returns documents \
+                 for queries; `research` answers a question with citations.",
+            )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_name;
+
+    #[test]
+    fn host_names_drop_ports_and_brackets() {
+        assert_eq!(host_name("localhost:8080"), "localhost");
+        assert_eq!(host_name("LocalHost"), "localhost");
+        assert_eq!(host_name("[::1]:8080"), "::1");
+        assert_eq!(host_name("[::1]"), "::1");
+        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+    }
+}
