@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # API contract tests, as a client sees the server:
-# 1. the official `openai` Python client (tests/python/test_openai_client.py);
+# 1. the official `openai` and `mcp` Python clients (tests/python/test_*.py:
+#    chat completions, citations, the Responses API, MCP);
 # 2. the web UI in headless Chromium through Selenium (tests/python/test_web_ui.py;
 #    a screenshot of a finished rollout lands in target/ui-artifacts/);
 # 3. schemathesis against /openapi.json: no 5xx, every status, content type,
 #    header and body as the spec says.
 # All run against `cargo run --example api_server` (the real HTTP server with
 # a scripted policy, so hundreds of requests take seconds) with an API key set.
+# Then the same clients run against the real binary on the default model
+# (tests/python/real_model: one question through the Responses API and MCP;
+# a few minutes on a CPU).
 # Installs the pinned Python packages in target/api-venv (a virtualenv, or a
 # package directory when python3 has no venv module), and Debian's chromium and
 # chromium-driver when chromedriver is missing. Needs the default data and
@@ -68,7 +72,8 @@ URL=$(sed -n 's/^seeker listening on //p' "$LOG")
 [ -n "$URL" ] || { echo "the API test server did not start:"; cat "$LOG"; exit 1; }
 echo "API test server at $URL"
 
-SEEKER_URL="$URL" SEEKER_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests/python
+SEEKER_URL="$URL" SEEKER_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests/python \
+    --ignore=tests/python/real_model
 
 # Every check; positive_data_acceptance is left out because the spec cannot
 # say which valid-looking requests name a known policy or backend.
@@ -77,3 +82,33 @@ SEEKER_URL="$URL" SEEKER_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests
     --checks all --exclude-checks positive_data_acceptance \
     --max-examples 200 --workers 2 --suppress-health-check all \
     --request-timeout 30
+
+# The real binary on the default config and model, with the same key.
+kill $SERVER 2>/dev/null || true
+REAL_LOG=$(mktemp)
+SEEKER_API_KEYS="$KEY" "$BUILT/seeker" serve --host 127.0.0.1 --port 0 >"$REAL_LOG" 2>&1 &
+REAL=$!
+trap 'kill $REAL 2>/dev/null || true; rm -f "$LOG" "$REAL_LOG"' EXIT
+for _ in $(seq 1 600); do
+    grep -q "listening on" "$REAL_LOG" && break
+    kill -0 $REAL 2>/dev/null || { cat "$REAL_LOG"; exit 1; }
+    sleep 0.5
+done
+REAL_URL=$(sed -n 's/^seeker listening on //p' "$REAL_LOG")
+[ -n "$REAL_URL" ] || { echo "the real server did not start:"; cat "$REAL_LOG"; exit 1; }
+"$PY" - "$REAL_URL" <<'PY'
+import sys, time, urllib.request, urllib.error
+deadline = time.time() + 300
+while True:
+    try:
+        with urllib.request.urlopen(sys.argv[1] + "/health") as r:
+            if r.status == 200:
+                break
+    except (urllib.error.URLError, ConnectionError):
+        pass
+    if time.time() > deadline:
+        sys.exit("the default model did not load within 300 s")
+    time.sleep(0.5)
+PY
+echo "real server (default model) at $REAL_URL"
+SEEKER_URL="$REAL_URL" SEEKER_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests/python/real_model
