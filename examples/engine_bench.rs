@@ -81,10 +81,10 @@ async fn main() -> anyhow::Result<()> {
     let index = Bm25Index::open(&args.index)?;
     let docs = index.search(&args.question, args.docs)?;
     let mut prompt = engine
-        .render_chat(&[ChatTurn {
-            role: Role::User,
-            content: profile.user_message(&args.question),
-        }])
+        .render_chat(&[ChatTurn::new(
+            Role::User,
+            profile.user_message(&args.question),
+        )])
         .await?;
     prompt.push_str(
         &profile.render_splice(&[(args.question.as_str(), QueryOutcome::Documents(&docs))]),

@@ -146,10 +146,7 @@ async fn splice_case(
     let profile = Profile::load("config/policies/search-r1.toml".as_ref())?;
     let instruction = profile.user_message("Where does the Mekong River originate?");
     let round1 = engine
-        .render_chat(&[ChatTurn {
-            role: Role::User,
-            content: instruction,
-        }])
+        .render_chat(&[ChatTurn::new(Role::User, instruction)])
         .await?;
     let round1 = format!(
         "{round1}<think>\nI need to find where the Mekong starts.\n</think>\n<search> Mekong River origin"
@@ -198,10 +195,7 @@ async fn main() -> anyhow::Result<()> {
             for (name, weights) in [("as is", WeightFormat::AsIs), ("f32", WeightFormat::F32)] {
                 let engine = load(&gguf, weights, false).await?;
                 let round1 = engine
-                    .render_chat(&[ChatTurn {
-                        role: Role::User,
-                        content: instruction.clone(),
-                    }])
+                    .render_chat(&[ChatTurn::new(Role::User, instruction.clone())])
                     .await?;
                 let round2 = format!(
                     "{round1}<think>\nI need to find where the Mekong starts.\n</think>\n<search> Mekong River origin </search>{splice}"

@@ -210,14 +210,14 @@ async fn main() -> anyhow::Result<()> {
             };
             let request = RolloutRequest {
                 messages: vec![
-                    ChatTurn {
-                        role: Role::User,
-                        content: args.questions[run % args.questions.len()].clone(),
-                    },
-                    ChatTurn {
-                        role: Role::Assistant,
-                        content: "<think>I need to search for this.</think>\n<search>".into(),
-                    },
+                    ChatTurn::new(
+                        Role::User,
+                        args.questions[run % args.questions.len()].clone(),
+                    ),
+                    ChatTurn::new(
+                        Role::Assistant,
+                        "<think>I need to search for this.</think>\n<search>",
+                    ),
                 ],
                 max_tokens: args.round_tokens * args.rounds,
                 temperature: None,
@@ -226,6 +226,7 @@ async fn main() -> anyhow::Result<()> {
                 top_k: None,
                 backend: None,
                 stop: Vec::new(),
+                client_tools: Default::default(),
             };
             let (tx, mut rx) = mpsc::channel(256);
             let started_at = Instant::now();

@@ -184,14 +184,11 @@ async fn main() -> anyhow::Result<()> {
         };
         let request = RolloutRequest {
             messages: vec![
-                ChatTurn {
-                    role: Role::User,
-                    content: args.question.clone(),
-                },
-                ChatTurn {
-                    role: Role::Assistant,
-                    content: "<think>I need to find who painted it.</think>\n<search>".into(),
-                },
+                ChatTurn::new(Role::User, args.question.clone()),
+                ChatTurn::new(
+                    Role::Assistant,
+                    "<think>I need to find who painted it.</think>\n<search>",
+                ),
             ],
             max_tokens: args.max_tokens,
             temperature: None,
@@ -200,6 +197,7 @@ async fn main() -> anyhow::Result<()> {
             top_k: None,
             backend: None,
             stop: Vec::new(),
+            client_tools: Default::default(),
         };
         let (tx, mut rx) = mpsc::channel(256);
         let started = Instant::now();

@@ -450,6 +450,10 @@ pub struct PolicyConfig {
     pub default: String,
     /// Directory of profile TOML files.
     pub dir: PathBuf,
+    /// The profile a chat request with `tools` (or tool messages) runs when
+    /// it names no policy and `default` cannot call functions; it must render
+    /// functions through the chat template. Empty: such a request is a 400.
+    pub tools: String,
 }
 
 impl Default for PolicyConfig {
@@ -457,6 +461,7 @@ impl Default for PolicyConfig {
         Self {
             default: "search-r1".into(),
             dir: "config/policies".into(),
+            tools: "tool-search".into(),
         }
     }
 }

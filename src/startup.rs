@@ -38,6 +38,18 @@ pub fn app_state(
             profiles.keys().cloned().collect::<Vec<_>>().join(", ")
         );
     }
+    let tools = &config.policy.tools;
+    if !tools.is_empty()
+        && profiles
+            .get(tools)
+            .is_none_or(|p| p.template_tools().is_empty())
+    {
+        anyhow::bail!(
+            "policy.tools = {tools:?} is not a profile in {} that offers functions through \
+             the chat template (tools.render = \"template\"); set it to one, or to \"\"",
+            config.policy.dir.display()
+        );
+    }
     let search = crate::search::dispatcher_from_config(&config.search, &config.pages, &env)?;
     tracing::info!(
         backends = %search.backend_names().join(", "),
@@ -60,7 +72,8 @@ pub fn app_state(
         config.policy.default.clone(),
         config.generation.clone(),
     )
-    .with_server_config(&config.server, &keys))
+    .with_server_config(&config.server, &keys)
+    .with_tools_policy((!tools.is_empty()).then(|| tools.clone())))
 }
 
 /// Starts the server from `config`: opens the index and profiles (failing fast),

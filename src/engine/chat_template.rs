@@ -147,8 +147,19 @@ impl ChatTemplate {
                     Role::System => "system",
                     Role::User => "user",
                     Role::Assistant => "assistant",
+                    Role::Tool => "tool",
                 };
-                context! { role => role, content => m.content }
+                if m.is_tool_turn() {
+                    let calls = serde_json::Value::Array(m.tool_calls.clone());
+                    context! {
+                        role => role,
+                        content => m.content,
+                        tool_calls => (!m.tool_calls.is_empty()).then(|| json_value(&calls)),
+                        tool_call_id => m.tool_call_id,
+                    }
+                } else {
+                    context! { role => role, content => m.content }
+                }
             })
             .collect();
         self.render_values(Value::from(messages), tools)
@@ -278,10 +289,7 @@ mod tests {
     const CHATML: &str = "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are helpful.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'].strip() + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
     fn turn(role: Role, content: &str) -> ChatTurn {
-        ChatTurn {
-            role,
-            content: content.into(),
-        }
+        ChatTurn::new(role, content)
     }
 
     #[test]

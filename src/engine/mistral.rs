@@ -903,7 +903,7 @@ impl Engine for MistralEngine {
         messages: &[ChatTurn],
         tools: &[serde_json::Value],
     ) -> Result<String, EngineError> {
-        if tools.is_empty() {
+        if tools.is_empty() && !messages.iter().any(ChatTurn::is_tool_turn) {
             return self.render_chat(messages).await;
         }
         match &self.template {
@@ -922,6 +922,8 @@ impl Engine for MistralEngine {
                 Role::System => TextMessageRole::System,
                 Role::User => TextMessageRole::User,
                 Role::Assistant => TextMessageRole::Assistant,
+                // Tool turns are rendered by `render_chat_with_tools`.
+                Role::Tool => TextMessageRole::Tool,
             };
             chat = chat.add_message(role, &m.content);
         }

@@ -105,7 +105,14 @@ impl Engine for ScriptedEngine {
         for m in messages {
             let role = serde_json::to_value(m.role).expect("role serialises");
             let role = role.as_str().unwrap_or("user");
-            out.push_str(&format!("<|im_start|>{role}\n{}<|im_end|>\n", m.content));
+            let mut content = m.content.clone();
+            for call in &m.tool_calls {
+                content.push_str(&format!(
+                    "\n<tool_call>\n{}\n</tool_call>",
+                    call["function"]
+                ));
+            }
+            out.push_str(&format!("<|im_start|>{role}\n{content}<|im_end|>\n"));
         }
         out.push_str("<|im_start|>assistant\n");
         Ok(out)

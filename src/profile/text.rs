@@ -61,13 +61,13 @@ impl Profile {
             PromptFormat::Chat | PromptFormat::System => {
                 let mut turns = Vec::with_capacity(question_at + 2);
                 if let Some(system) = &self.prompt_system {
-                    turns.push(ChatTurn {
-                        role: Role::System,
-                        content: system.render(&[
+                    turns.push(ChatTurn::new(
+                        Role::System,
+                        system.render(&[
                             ("question", &self.normalize_question(question)),
                             ("date", &today()),
                         ]),
-                    });
+                    ));
                 }
                 for (i, turn) in history[..=question_at].iter().enumerate() {
                     if self.prompt_system.is_some() && turn.role == Role::System {
@@ -79,10 +79,19 @@ impl Profile {
                         turn.content.clone()
                     };
                     turns.push(ChatTurn {
-                        role: turn.role,
                         content,
+                        ..turn.clone()
                     });
                 }
+                // Function calls made after the question and their results
+                // (a client continuing after running its functions) follow
+                // it, as the template renders them.
+                turns.extend(
+                    history[question_at + 1..]
+                        .iter()
+                        .filter(|t| t.is_tool_turn())
+                        .cloned(),
+                );
                 PromptText::Chat(turns)
             }
         }

@@ -78,6 +78,60 @@ pub struct RolloutRequest {
     /// `stop`); the string itself is not sent. Only answer text is matched:
     /// reasoning, search calls and splices are never cut.
     pub stop: Vec<String>,
+    /// Functions the client runs itself (OpenAI `tools`), offered beside the
+    /// profile's own; none by default.
+    pub client_tools: ClientTools,
+}
+
+/// Functions the client runs (OpenAI Chat Completions `tools`): offered to
+/// the policy through its chat template beside the profile's own; a turn
+/// that calls one ends the rollout with [`FinishReason::ToolCalls`] and the
+/// calls in [`RolloutOutcome::tool_calls`], for the client to run and send
+/// back as `tool` messages.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientTools {
+    /// In OpenAI's shape, `{"type": "function", "function": {"name",
+    /// "description", "parameters"}}`, as the chat template receives them.
+    pub functions: Vec<serde_json::Value>,
+    pub choice: ToolChoice,
+    /// Return every client call of a turn (`parallel_tool_calls`, OpenAI's
+    /// default) or only the first.
+    pub parallel: bool,
+}
+
+impl ClientTools {
+    /// Whether `name` is one of the client's functions.
+    pub fn has(&self, name: &str) -> bool {
+        self.functions
+            .iter()
+            .any(|f| f["function"]["name"].as_str() == Some(name))
+    }
+}
+
+/// OpenAI's `tool_choice` for the client's functions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The policy decides.
+    #[default]
+    Auto,
+    /// The client's functions are not offered.
+    None,
+    /// The first turn is a call: seeker writes the call's opening
+    /// (`<tool_call>\n{"name": "`) and the policy names the function.
+    Required,
+    /// The first turn calls this function: seeker writes the call up to its
+    /// arguments (`<tool_call>\n{"name": "NAME", "arguments": `).
+    Named(String),
+}
+
+/// A call of a client function, as the response returns it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClientCall {
+    /// `call_…`, unique per call.
+    pub id: String,
+    pub name: String,
+    /// The arguments as a JSON object's text (OpenAI's wire form).
+    pub arguments: String,
 }
 
 /// Something that happened during a rollout, in order.
@@ -121,14 +175,18 @@ pub enum FinishReason {
     Stop,
     /// The token budget, the context length or the round cap ended the answer.
     Length,
+    /// The policy called functions the client runs ([`ClientTools`]).
+    #[serde(rename = "tool_calls")]
+    ToolCalls,
 }
 
 impl FinishReason {
-    /// OpenAI's `finish_reason` string: `stop` or `length`.
+    /// OpenAI's `finish_reason` string: `stop`, `length` or `tool_calls`.
     pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
         }
     }
 }
@@ -225,6 +283,9 @@ pub enum RoundOutcome {
     /// The model read a page chunk and paused (the profile's `pages.pause`);
     /// the next chunk followed.
     Read,
+    /// The turn called the client's functions: the rollout ended for the
+    /// client to run them.
+    ToolCalls,
 }
 
 /// One generation round, for `return_transcript`.
@@ -262,6 +323,9 @@ pub struct RolloutOutcome {
     pub searches: usize,
     /// Every document spliced, in order.
     pub documents: Vec<Document>,
+    /// With [`FinishReason::ToolCalls`]: the client functions the last turn
+    /// called, in order.
+    pub tool_calls: Vec<ClientCall>,
     /// The rendered prompt, assistant prefix included.
     pub prompt: String,
     /// The text after the prompt that the model saw: the continued message,
@@ -358,6 +422,11 @@ struct Rollout<'a> {
     /// transcript and its short form, put in its place once the next round
     /// has ended.
     unread_chunk: Option<(std::ops::Range<usize>, String)>,
+    /// The functions the chat template is given: the profile's, then the
+    /// client's (unless its `tool_choice` is `none`).
+    template_tools: Vec<serde_json::Value>,
+    /// The client calls that ended the rollout.
+    client_calls: Vec<ClientCall>,
 }
 
 /// Rollout ids, unique in this process.
@@ -393,6 +462,8 @@ impl<'a> Rollout<'a> {
             round_cached: None,
             chunks: VecDeque::new(),
             unread_chunk: None,
+            template_tools: Vec::new(),
+            client_calls: Vec::new(),
         }
     }
 
@@ -427,6 +498,12 @@ impl<'a> Rollout<'a> {
             .map(|m| ChatTurn {
                 role: m.role,
                 content: defuse(&m.content, specials).into_owned(),
+                tool_calls: m
+                    .tool_calls
+                    .iter()
+                    .map(|call| defuse_json(call, specials))
+                    .collect(),
+                tool_call_id: m.tool_call_id.clone(),
             })
             .collect();
         let messages = &messages;
@@ -459,11 +536,16 @@ impl<'a> Rollout<'a> {
                 documents_first = Some(block);
             }
         }
+        self.template_tools = profile.template_tools().to_vec();
+        let client = &request.client_tools;
+        if client.choice != ToolChoice::None {
+            self.template_tools.extend(client.functions.iter().cloned());
+        }
         let mut prompt = match profile.prompt(messages, question_at, documents_first.as_deref()) {
             PromptText::Chat(turns) => {
                 self.ctx
                     .engine
-                    .render_chat_with_tools(&turns, profile.template_tools())
+                    .render_chat_with_tools(&turns, &self.template_tools)
                     .await?
             }
             PromptText::Raw(text) => text,
@@ -479,7 +561,20 @@ impl<'a> Rollout<'a> {
         if let Some(splice) = after_prompt {
             self.splice(splice).await?;
         }
-        Ok(continuation)
+        // A forced call: seeker writes its opening, the policy the rest.
+        let forced = match (&client.choice, client.functions.is_empty()) {
+            (_, true) | (ToolChoice::Auto | ToolChoice::None, _) => None,
+            (ToolChoice::Required, _) => Some(format!("{}\n{{\"name\": \"", profile.query_open)),
+            (ToolChoice::Named(name), _) => Some(format!(
+                "{}\n{{\"name\": {}, \"arguments\": ",
+                profile.query_open,
+                serde_json::Value::String(name.clone())
+            )),
+        };
+        Ok(match (continuation, forced) {
+            (Some(text), Some(opening)) => Some(text + &opening),
+            (text, opening) => text.or(opening),
+        })
     }
 
     async fn run(mut self) -> Result<RolloutOutcome, RolloutError> {
@@ -699,6 +794,29 @@ impl<'a> Rollout<'a> {
             if let Some(tools) = profile.tools.as_ref().filter(|t| t.calls_per_turn > 0) {
                 calls.truncate(tools.calls_per_turn);
             }
+            let client = &self.request.client_tools;
+            let for_client: Vec<&ToolCall> = calls
+                .iter()
+                .filter(|c| matches!(&c.parsed, Ok(call) if client.has(&call.name)))
+                .collect();
+            if !for_client.is_empty() {
+                // The client runs these: the rollout ends here. Calls of
+                // seeker's own functions in the same turn are not run.
+                let take = if client.parallel { for_client.len() } else { 1 };
+                self.client_calls = for_client
+                    .into_iter()
+                    .take(take)
+                    .filter_map(|c| c.parsed.as_ref().ok())
+                    .map(|call| ClientCall {
+                        id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+                        name: call.name.clone(),
+                        arguments: serde_json::Value::Object(call.arguments.clone()).to_string(),
+                    })
+                    .collect();
+                self.transcript.push_str(kept);
+                self.record(number, RoundOutcome::ToolCalls, tokens);
+                return Ok(Some(FinishReason::ToolCalls));
+            }
             if !calls.is_empty() {
                 return self.tool_round(number, kept, &calls, tokens).await;
             }
@@ -911,7 +1029,7 @@ impl<'a> Rollout<'a> {
             PromptText::Chat(turns) => {
                 self.ctx
                     .engine
-                    .render_chat_with_tools(turns, self.ctx.profile.template_tools())
+                    .render_chat_with_tools(turns, &self.template_tools)
                     .await?
             }
             PromptText::Raw(text) => text.clone(),
@@ -1267,7 +1385,9 @@ impl<'a> Rollout<'a> {
     }
 
     async fn finish(mut self, finish_reason: FinishReason) -> Result<RolloutOutcome, RolloutError> {
-        if !(self.answer.started || self.answer_open) {
+        // A turn of calls for the client is no answer.
+        let calls = finish_reason == FinishReason::ToolCalls;
+        if !(self.answer.started || self.answer_open || calls) {
             let after = self.since_splice.trim();
             let text = match self.ctx.profile.answer_fallback {
                 AnswerFallback::None => None,
@@ -1305,9 +1425,28 @@ impl<'a> Rollout<'a> {
             usage: self.usage,
             searches: self.searches,
             documents: std::mem::take(&mut self.documents),
+            tool_calls: std::mem::take(&mut self.client_calls),
             prompt: std::mem::take(&mut self.transcript),
             transcript,
             rounds: std::mem::take(&mut self.rounds),
         })
+    }
+}
+
+/// `value` with the control-token strings inside its strings (keys and
+/// values) defused, as message text is ([`defuse`]).
+fn defuse_json(value: &serde_json::Value, specials: &[String]) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => Value::String(defuse(s, specials).into_owned()),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| defuse_json(v, specials)).collect())
+        }
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (defuse(k, specials).into_owned(), defuse_json(v, specials)))
+                .collect(),
+        ),
+        other => other.clone(),
     }
 }

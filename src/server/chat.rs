@@ -166,6 +166,9 @@ fn stream(
         match task.await.map(|ended| ended.into_result(&state)) {
             Ok(Ok(outcome)) => {
                 observer.finish(&outcome);
+                if let Some(calls) = writer.tool_calls(&outcome) {
+                    yield Ok(sse(&calls));
+                }
                 yield Ok(sse(&writer.finish(&outcome)));
                 if include_usage {
                     yield Ok(sse(&writer.usage(&outcome)));

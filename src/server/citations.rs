@@ -239,6 +239,7 @@ mod tests {
             usage: RolloutUsage::default(),
             searches: 1,
             documents,
+            tool_calls: Vec::new(),
             prompt: String::new(),
             transcript: String::new(),
             rounds: vec![RoundRecord {

@@ -322,21 +322,11 @@ impl Tools {
             messages: vec![ChatMessage {
                 role: MessageRole::User,
                 content: Some(MessageContent::Text(args.question)),
+                ..ChatMessage::default()
             }],
-            stream: None,
-            stream_options: None,
             max_tokens: args.max_tokens,
-            max_completion_tokens: None,
-            temperature: None,
-            top_p: None,
-            n: None,
-            stop: None,
-            seed: None,
-            user: None,
             policy: args.policy,
-            continue_final_message: None,
-            return_transcript: None,
-            search: None,
+            ..ChatCompletionRequest::default()
         };
         let explain = |e: ApiError| {
             let message = e

@@ -10,7 +10,7 @@ use crate::rollout::RoundRecord;
 use crate::search::Document;
 
 /// `POST /v1/chat/completions` body. Unknown fields are ignored, as OpenAI does.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[schema(example = json!({
     "model": "default",
     "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}],
@@ -77,6 +77,82 @@ pub struct ChatCompletionRequest {
     /// Extension: search settings for this request.
     #[serde(default)]
     pub search: Option<SearchOptions>,
+    /// Functions the client runs (`{"type": "function", "function":
+    /// {"name", "description", "parameters"}}`, at most 64), offered to the
+    /// policy beside its own search. A call of one ends the response with
+    /// `finish_reason: "tool_calls"` and `message.tool_calls`; the client
+    /// sends the results back as `tool` messages. Needs a tool-calling
+    /// policy: without `policy`, a request with tools runs the server's
+    /// `policy.tools` (`tool-search`) when the default policy cannot call
+    /// functions.
+    #[serde(default)]
+    pub tools: Option<Vec<ToolSpec>>,
+    /// `none` (the client's functions are not offered), `auto` (default),
+    /// `required` (the first turn is a call) or `{"type": "function",
+    /// "function": {"name"}}` (the first turn calls it: seeker writes the
+    /// call's opening and the policy its arguments).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// Return every client call of a turn (default true) or only the first.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+}
+
+/// A client function, OpenAI's shape.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct ToolSpec {
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionSpec,
+}
+
+/// A client function's name, description and JSON-schema parameters.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+pub struct FunctionSpec {
+    /// 1 to 64 of `a-z A-Z 0-9 _ -`.
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    /// A JSON schema object.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub parameters: Option<serde_json::Value>,
+    /// Accepted; the schema is not enforced on the policy's arguments.
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+/// A function call in a request's assistant message or a response's.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct ToolCallObject {
+    /// `call_…`.
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+/// The function called and its arguments (a JSON object's text).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One call in a streamed chunk's `delta.tool_calls` (each call whole, in
+/// one chunk).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct DeltaToolCall {
+    /// The call's position in `message.tool_calls`.
+    pub index: usize,
+    pub id: String,
+    /// `function`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: FunctionCall,
 }
 
 /// `stop`: one string or a list of them.
@@ -127,21 +203,30 @@ pub struct SearchOptions {
 }
 
 /// One message. `content` is a string or an array of `{"type": "text", "text"}` parts.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     pub role: MessageRole,
     #[serde(default)]
     pub content: Option<MessageContent>,
+    /// An assistant message's function calls (returned earlier by seeker).
+    #[serde(default)]
+    pub tool_calls: Option<Vec<ToolCallObject>>,
+    /// A `tool` message: the call it answers.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
 }
 
-/// Roles seeker accepts; `developer` is treated as `system`.
-#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+/// Roles seeker accepts; `developer` is treated as `system`; `tool`
+/// carries a client function's result.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum MessageRole {
     System,
     Developer,
+    #[default]
     User,
     Assistant,
+    Tool,
 }
 
 impl From<MessageRole> for Role {
@@ -150,6 +235,7 @@ impl From<MessageRole> for Role {
             MessageRole::System | MessageRole::Developer => Role::System,
             MessageRole::User => Role::User,
             MessageRole::Assistant => Role::Assistant,
+            MessageRole::Tool => Role::Tool,
         }
     }
 }
@@ -374,8 +460,12 @@ pub struct Choice {
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResponseMessage {
     pub role: String,
-    pub content: String,
+    /// The answer; `null` when the message is a turn of function calls.
+    pub content: Option<String>,
     pub reasoning_content: String,
+    /// With `finish_reason: "tool_calls"`: the client functions called.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallObject>>,
     /// The answer's citations (`[n]` markers, or the documents that hold the
     /// answer: [`super::citations`]); empty when nothing is cited.
     pub annotations: Vec<ChatAnnotation>,
@@ -447,6 +537,10 @@ pub struct Delta {
     /// whole streamed `content`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Vec<ChatAnnotation>>,
+    /// Client function calls, before the last chunk (`finish_reason:
+    /// "tool_calls"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<DeltaToolCall>>,
 }
 
 /// `GET /v1/models`.

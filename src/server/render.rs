@@ -16,9 +16,10 @@
 use super::citations;
 use super::openai::{
     ChatAnnotation, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Citation, Delta,
-    ResponseMessage, SearchHit, SeekerChunk, SeekerEvent, SeekerInfo, Usage,
+    DeltaToolCall, FunctionCall, ResponseMessage, SearchHit, SeekerChunk, SeekerEvent, SeekerInfo,
+    ToolCallObject, Usage,
 };
-use crate::rollout::{RolloutEvent, RolloutOutcome};
+use crate::rollout::{FinishReason, RolloutEvent, RolloutOutcome};
 
 /// What the response says about how it was made, besides the rollout.
 pub(crate) struct ResponseMeta {
@@ -163,6 +164,30 @@ impl ChunkWriter {
         )
     }
 
+    /// The chunk of the client function calls that ended the rollout (each
+    /// call whole, with its index), sent before [`Self::finish`]'s; `None`
+    /// when the rollout called none.
+    pub fn tool_calls(&self, outcome: &RolloutOutcome) -> Option<ChatCompletionChunk> {
+        if outcome.tool_calls.is_empty() {
+            return None;
+        }
+        let calls = tool_calls(outcome)
+            .into_iter()
+            .enumerate()
+            .map(|(index, c)| DeltaToolCall {
+                index,
+                id: c.id,
+                kind: c.kind,
+                function: c.function,
+            })
+            .collect();
+        let delta = Delta {
+            tool_calls: Some(calls),
+            ..Delta::default()
+        };
+        Some(self.delta(delta, None, None))
+    }
+
     /// The usage chunk (`stream_options.include_usage`): no choices.
     pub fn usage(&self, outcome: &RolloutOutcome) -> ChatCompletionChunk {
         self.chunk(Vec::new(), Some(usage(outcome)), None)
@@ -223,6 +248,7 @@ pub(crate) fn completion(
     outcome: &RolloutOutcome,
     reasoning: String,
 ) -> ChatCompletion {
+    let calls = outcome.finish_reason == FinishReason::ToolCalls;
     ChatCompletion {
         id: meta.id.clone(),
         object: "chat.completion".into(),
@@ -232,7 +258,8 @@ pub(crate) fn completion(
             index: 0,
             message: ResponseMessage {
                 role: "assistant".into(),
-                content: outcome.answer.clone(),
+                content: (!(calls && outcome.answer.is_empty())).then(|| outcome.answer.clone()),
+                tool_calls: calls.then(|| tool_calls(outcome)),
                 reasoning_content: reasoning,
                 annotations: annotations(outcome),
             },
@@ -241,6 +268,22 @@ pub(crate) fn completion(
         usage: usage(outcome),
         seeker: meta.seeker_info(outcome),
     }
+}
+
+/// The client function calls that ended the rollout, OpenAI's shape.
+fn tool_calls(outcome: &RolloutOutcome) -> Vec<ToolCallObject> {
+    outcome
+        .tool_calls
+        .iter()
+        .map(|c| ToolCallObject {
+            id: c.id.clone(),
+            kind: "function".into(),
+            function: FunctionCall {
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            },
+        })
+        .collect()
 }
 
 /// The answer's citations in the Chat Completions shape.
@@ -302,6 +345,7 @@ mod tests {
             },
             searches: 1,
             documents: vec![document()],
+            tool_calls: Vec::new(),
             prompt: "<prompt>".into(),
             transcript: "<search> q </search>".into(),
             rounds: vec![RoundRecord {

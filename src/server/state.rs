@@ -33,6 +33,9 @@ pub struct AppState {
     pub ops: ops::Ops,
     /// Browser origins allowed by CORS; empty = no CORS headers.
     pub(crate) cors_origins: Vec<String>,
+    /// The policy a request with client tools runs when it names none and
+    /// the default policy cannot call functions (`policy.tools`).
+    pub(crate) tools_policy: Option<String>,
     /// Host names `/mcp` answers to (`server.mcp_allowed_hosts`).
     pub(crate) mcp_allowed_hosts: Vec<String>,
     started: u64,
@@ -61,6 +64,8 @@ impl AppState {
             ops: ops::Ops::default(),
             cors_origins: Vec::new(),
             mcp_allowed_hosts: crate::config::ServerConfig::default().mcp_allowed_hosts,
+            tools_policy: Some(crate::config::PolicyConfig::default().tools)
+                .filter(|name| profiles.contains_key(name)),
             search,
             profiles: profiles
                 .into_iter()
@@ -92,6 +97,13 @@ impl AppState {
                     .to_ascii_lowercase()
             })
             .collect();
+        self
+    }
+
+    /// With `name` as the policy of requests with client tools
+    /// (`policy.tools`; `None`: such requests must name a policy).
+    pub fn with_tools_policy(mut self, name: Option<String>) -> Self {
+        self.tools_policy = name;
         self
     }
 

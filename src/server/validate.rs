@@ -6,11 +6,14 @@ use std::sync::Arc;
 
 use super::error::{ApiError, ErrorCode};
 use super::json::RequestBody;
-use super::openai::ChatCompletionRequest;
+use super::openai::{ChatCompletionRequest, MessageRole, ToolCallObject, ToolSpec};
 use super::AppState;
 use crate::engine::{ChatTurn, Role};
 use crate::profile::Profile;
-use crate::rollout::RolloutRequest;
+use crate::rollout::{ClientTools, RolloutRequest, ToolChoice};
+
+/// Client functions one request may give.
+pub const MAX_TOOLS: usize = 64;
 
 /// Stop strings one request may give (OpenAI's limit).
 pub const MAX_STOP_SEQUENCES: usize = 4;
@@ -171,10 +174,31 @@ pub(crate) fn validate(
                 ApiError::invalid_field(&format!("messages[{i}].content"), message)
             })?,
         };
-        messages.push(ChatTurn {
-            role: m.role.into(),
-            content,
-        });
+        let mut turn = ChatTurn::new(m.role.into(), content);
+        if let Some(calls) = &m.tool_calls {
+            if m.role != MessageRole::Assistant {
+                return Err(ApiError::invalid_field(
+                    &format!("messages[{i}].tool_calls"),
+                    "only assistant messages carry tool_calls",
+                ));
+            }
+            turn.tool_calls = template_calls(i, calls)?;
+        }
+        if m.role == MessageRole::Tool {
+            match m.tool_call_id.as_deref() {
+                Some(id) if !id.trim().is_empty() => turn.tool_call_id = Some(id.to_string()),
+                _ => {
+                    return Err(ApiError::invalid_field(
+                        &format!("messages[{i}].tool_call_id"),
+                        format!(
+                            "messages[{i}] is a tool message: it needs the `tool_call_id` of \
+                             the call it answers"
+                        ),
+                    ))
+                }
+            }
+        }
+        messages.push(turn);
     }
     if !messages
         .iter()
@@ -199,7 +223,23 @@ pub(crate) fn validate(
             "continue_final_message needs the last message to be an assistant message",
         ));
     }
-    let profile = state.profile(req.policy.as_deref()).ok_or_else(|| {
+    let functions = client_functions(req.tools.as_deref().unwrap_or_default())?;
+    let tool_turn = messages.iter().position(ChatTurn::is_tool_turn);
+    let wants_tools = !functions.is_empty() || tool_turn.is_some();
+    // A request with tools and no policy runs the tools policy when the
+    // default one cannot call functions.
+    let policy = match req.policy.as_deref() {
+        Some(name) => Some(name),
+        None if wants_tools
+            && state
+                .profile(None)
+                .is_some_and(|p| p.template_tools().is_empty()) =>
+        {
+            state.tools_policy.as_deref()
+        }
+        None => None,
+    };
+    let profile = state.profile(policy).ok_or_else(|| {
         ApiError::invalid_field(
             "policy",
             format!(
@@ -214,6 +254,62 @@ pub(crate) fn validate(
             ),
         )
     })?;
+    if wants_tools && profile.template_tools().is_empty() {
+        let param = match tool_turn {
+            Some(i) if functions.is_empty() => format!("messages[{i}]"),
+            _ => "tools".to_string(),
+        };
+        let callers: Vec<&str> = state
+            .profiles
+            .iter()
+            .filter(|(_, p)| !p.template_tools().is_empty())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        return Err(ApiError::invalid_field(
+            &param,
+            format!(
+                "the policy `{}` does not call functions; name one that does in `policy` \
+                 (this server has: {})",
+                profile.name,
+                if callers.is_empty() {
+                    "none".to_string()
+                } else {
+                    callers.join(", ")
+                }
+            ),
+        ));
+    }
+    let own: Vec<&str> = profile
+        .template_tools()
+        .iter()
+        .filter_map(|f| f["function"]["name"].as_str())
+        .collect();
+    if let Some(i) = functions
+        .iter()
+        .position(|f| own.contains(&f["function"]["name"].as_str().unwrap_or_default()))
+    {
+        return Err(ApiError::invalid_field(
+            &format!("tools[{i}].function.name"),
+            format!(
+                "`{}` is the policy's own function (run by seeker); name yours differently",
+                functions[i]["function"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    let choice = tool_choice(req.tool_choice.as_ref(), &functions)?;
+    if matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) && continue_final_message {
+        return Err(ApiError::invalid_field(
+            "tool_choice",
+            "a required or named tool_choice cannot be combined with continue_final_message",
+        ));
+    }
+    let client_tools = ClientTools {
+        functions,
+        choice,
+        parallel: req.parallel_tool_calls.unwrap_or(true),
+    };
     let mut top_k = None;
     let mut backend_choice = None;
     if let Some(search) = &req.search {
@@ -251,10 +347,157 @@ pub(crate) fn validate(
                 backend_choice.unwrap_or_else(|| state.search.default_backend().to_string()),
             ),
             stop,
+            client_tools,
         },
         profile,
         stream: req.stream.unwrap_or(false),
         include_usage: req.stream_options.as_ref().is_some_and(|o| o.include_usage),
         return_transcript: req.return_transcript.unwrap_or(false),
     })
+}
+
+/// The client's functions in the shape the chat template receives
+/// (`{"type": "function", "function": {"name", "description",
+/// "parameters"}}`, keys in that order, absent ones left out).
+///
+/// # Errors
+/// A 400 naming the tool at fault: not a function, a name outside
+/// `[A-Za-z0-9_-]{1,64}` or given twice, parameters that are not an object,
+/// more than [`MAX_TOOLS`].
+fn client_functions(tools: &[ToolSpec]) -> Result<Vec<serde_json::Value>, ApiError> {
+    use serde_json::{Map, Value};
+    if tools.len() > MAX_TOOLS {
+        return Err(ApiError::invalid_field(
+            "tools",
+            format!("at most {MAX_TOOLS} tools"),
+        ));
+    }
+    let mut out: Vec<Value> = Vec::with_capacity(tools.len());
+    for (i, tool) in tools.iter().enumerate() {
+        if tool.kind != "function" {
+            return Err(ApiError::invalid_field(
+                &format!("tools[{i}].type"),
+                "only tools of type `function` are supported",
+            ));
+        }
+        let f = &tool.function;
+        let good = (1..=64).contains(&f.name.len())
+            && f.name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !good {
+            return Err(ApiError::invalid_field(
+                &format!("tools[{i}].function.name"),
+                "a function name is 1 to 64 of a-z, A-Z, 0-9, _ and -",
+            ));
+        }
+        if out.iter().any(|o| o["function"]["name"] == f.name.as_str()) {
+            return Err(ApiError::invalid_field(
+                &format!("tools[{i}].function.name"),
+                format!("the function `{}` is given twice", f.name),
+            ));
+        }
+        let mut function = Map::new();
+        function.insert("name".into(), Value::String(f.name.clone()));
+        if let Some(d) = &f.description {
+            function.insert("description".into(), Value::String(d.clone()));
+        }
+        match &f.parameters {
+            None | Some(Value::Null) => {}
+            Some(p @ Value::Object(_)) => {
+                function.insert("parameters".into(), p.clone());
+            }
+            Some(_) => {
+                return Err(ApiError::invalid_field(
+                    &format!("tools[{i}].function.parameters"),
+                    "parameters must be a JSON schema object",
+                ))
+            }
+        }
+        let mut tool = Map::new();
+        tool.insert("type".into(), Value::String("function".into()));
+        tool.insert("function".into(), Value::Object(function));
+        out.push(Value::Object(tool));
+    }
+    Ok(out)
+}
+
+/// OpenAI's `tool_choice` over the client's `functions`.
+///
+/// # Errors
+/// A 400 naming `tool_choice`: an unknown value, a function that is not in
+/// `tools`, or `required` / a function without tools.
+fn tool_choice(
+    choice: Option<&serde_json::Value>,
+    functions: &[serde_json::Value],
+) -> Result<ToolChoice, ApiError> {
+    use serde_json::Value;
+    let bad = |message: String| Err(ApiError::invalid_field("tool_choice", message));
+    let choice = match choice {
+        None | Some(Value::Null) => return Ok(ToolChoice::Auto),
+        Some(Value::String(s)) if s == "auto" => return Ok(ToolChoice::Auto),
+        Some(Value::String(s)) if s == "none" => return Ok(ToolChoice::None),
+        Some(Value::String(s)) if s == "required" => ToolChoice::Required,
+        Some(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            match o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+            {
+                Some(name) => ToolChoice::Named(name.to_string()),
+                None => return bad("a function tool_choice needs `function.name`".into()),
+            }
+        }
+        Some(_) => {
+            return bad(
+                "tool_choice is `none`, `auto`, `required` or {\"type\": \"function\", \
+                 \"function\": {\"name\": …}}"
+                    .into(),
+            )
+        }
+    };
+    if functions.is_empty() {
+        return bad("tool_choice `required` or a named function needs `tools`".into());
+    }
+    if let ToolChoice::Named(name) = &choice {
+        if !functions
+            .iter()
+            .any(|f| f["function"]["name"] == name.as_str())
+        {
+            return bad(format!(
+                "tool_choice names `{}`, which is not in tools",
+                super::error::clip(name)
+            ));
+        }
+    }
+    Ok(choice)
+}
+
+/// An assistant message's calls as the chat template receives them: the
+/// arguments as a JSON value where they parse (Hugging Face templates write
+/// `arguments | tojson`), else the text as sent.
+///
+/// # Errors
+/// A 400 naming the call: not of type `function`, or without a name.
+fn template_calls(i: usize, calls: &[ToolCallObject]) -> Result<Vec<serde_json::Value>, ApiError> {
+    calls
+        .iter()
+        .enumerate()
+        .map(|(j, call)| {
+            if call.kind != "function" || call.function.name.is_empty() {
+                return Err(ApiError::invalid_field(
+                    &format!("messages[{i}].tool_calls[{j}]"),
+                    "a tool call is {\"id\", \"type\": \"function\", \"function\": \
+                     {\"name\", \"arguments\"}}",
+                ));
+            }
+            let arguments = serde_json::from_str(&call.function.arguments)
+                .unwrap_or_else(|_| serde_json::Value::String(call.function.arguments.clone()));
+            Ok(serde_json::json!({
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": arguments},
+            }))
+        })
+        .collect()
 }

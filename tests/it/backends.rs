@@ -564,10 +564,10 @@ async fn a_document_can_neither_close_the_block_nor_start_a_search() {
         profile: Arc::new(profile("search-r1")),
     };
     let request = RolloutRequest {
-        messages: vec![seeker::engine::ChatTurn {
-            role: seeker::engine::Role::User,
-            content: "What is the capital of France?".into(),
-        }],
+        messages: vec![seeker::engine::ChatTurn::new(
+            seeker::engine::Role::User,
+            "What is the capital of France?",
+        )],
         max_tokens: 100,
         temperature: None,
         top_p: None,
@@ -575,6 +575,7 @@ async fn a_document_can_neither_close_the_block_nor_start_a_search() {
         top_k: Some(1),
         backend: None,
         stop: Vec::new(),
+        client_tools: Default::default(),
     };
     let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
     let outcome = run(&ctx, &request, &tx).await.unwrap();

@@ -11,6 +11,8 @@
 //!   the loop.
 //! - `backends`: the dispatcher and every search backend (tantivy index, web
 //!   APIs against fake servers, a real searx, the retriever protocol).
+//! - `client_tools`: functions the client runs (`tools`, `tool_calls`, `tool`
+//!   messages) through the router.
 //! - `http`: the API surface through the router, no model needed.
 //! - `mcp`: `/mcp` through the router: the MCP exchange, both tools, and
 //!   the transport's refusals in the API's error shape.
@@ -34,6 +36,7 @@
 //! `SEEKER_TEST_BIN=PATH` runs the real-binary tests against another build.
 
 mod backends;
+mod client_tools;
 mod common;
 mod e2e;
 mod faults;

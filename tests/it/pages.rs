@@ -419,10 +419,7 @@ fn asearcher_small_chunks() -> Profile {
 
 fn ask(question: &str) -> RolloutRequest {
     RolloutRequest {
-        messages: vec![ChatTurn {
-            role: Role::User,
-            content: question.into(),
-        }],
+        messages: vec![ChatTurn::new(Role::User, question)],
         max_tokens: 512,
         temperature: None,
         top_p: None,
@@ -430,6 +427,7 @@ fn ask(question: &str) -> RolloutRequest {
         top_k: None,
         backend: None,
         stop: Vec::new(),
+        client_tools: Default::default(),
     }
 }
 

@@ -50,14 +50,12 @@ fn request(messages: Vec<ChatTurn>) -> RolloutRequest {
         top_k: None,
         backend: None,
         stop: Vec::new(),
+        client_tools: Default::default(),
     }
 }
 
 fn ask(question: &str) -> RolloutRequest {
-    request(vec![ChatTurn {
-        role: Role::User,
-        content: question.into(),
-    }])
+    request(vec![ChatTurn::new(Role::User, question)])
 }
 
 async fn rollout(
@@ -348,14 +346,11 @@ async fn r1_searcher_strips_the_round_and_puts_the_closing_tag_back() {
 #[tokio::test]
 async fn continuing_a_message_that_ends_in_a_search_call_searches_before_generating() {
     let req = request(vec![
-        ChatTurn {
-            role: Role::User,
-            content: "Who painted the Mona Lisa?".into(),
-        },
-        ChatTurn {
-            role: Role::Assistant,
-            content: "<think>Let me check.</think>\n<search> Mona Lisa painter </search>".into(),
-        },
+        ChatTurn::new(Role::User, "Who painted the Mona Lisa?"),
+        ChatTurn::new(
+            Role::Assistant,
+            "<think>Let me check.</think>\n<search> Mona Lisa painter </search>",
+        ),
     ]);
     let req = RolloutRequest {
         continue_final_message: true,
@@ -395,14 +390,8 @@ async fn continuing_requires_a_final_assistant_message() {
 #[tokio::test]
 async fn system_profiles_put_their_rules_first_and_the_think_prefix_after_the_prompt() {
     let req = request(vec![
-        ChatTurn {
-            role: Role::System,
-            content: "client system prompt".into(),
-        },
-        ChatTurn {
-            role: Role::User,
-            content: "Who painted the Mona Lisa?".into(),
-        },
+        ChatTurn::new(Role::System, "client system prompt"),
+        ChatTurn::new(Role::User, "Who painted the Mona Lisa?"),
     ]);
     let scripts = search_r1_ask(&[&["<answer> x </answer>"]]);
     let (result, _, engine) =

@@ -56,10 +56,7 @@ fn search_r1() -> Profile {
 }
 
 fn user(content: &str) -> ChatTurn {
-    ChatTurn {
-        role: Role::User,
-        content: content.into(),
-    }
+    ChatTurn::new(Role::User, content)
 }
 
 /// Every shipped profile's first prompt for `question`, rendered by `engine`,

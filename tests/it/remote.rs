@@ -174,10 +174,7 @@ async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() 
         .unwrap();
     let llama = Llama::start();
     let client = reqwest::Client::new();
-    let turn = |role, content: &str| ChatTurn {
-        role,
-        content: content.into(),
-    };
+    let turn = |role, content: &str| ChatTurn::new(role, content);
     let conversations = [
         vec![turn(Role::User, "Who painted the Mona Lisa?")],
         vec![

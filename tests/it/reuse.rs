@@ -67,10 +67,7 @@ async fn until_close(engine: &MistralEngine, prompt: &str, max_tokens: usize) ->
 async fn round_one(engine: &MistralEngine, question: &str, query: &str) -> String {
     let instruction = profile("search-r1").user_message(question);
     let rendered = engine
-        .render_chat(&[ChatTurn {
-            role: Role::User,
-            content: instruction,
-        }])
+        .render_chat(&[ChatTurn::new(Role::User, instruction)])
         .await
         .unwrap();
     format!("{rendered}<think>\nI should look this up.\n</think>\n<search> {query}")

@@ -15,10 +15,7 @@ use crate::common::{doc, profile, StaticBackend};
 
 fn request(question: &str, max_tokens: usize) -> RolloutRequest {
     RolloutRequest {
-        messages: vec![ChatTurn {
-            role: Role::User,
-            content: question.into(),
-        }],
+        messages: vec![ChatTurn::new(Role::User, question)],
         max_tokens,
         temperature: None,
         top_p: None,
@@ -26,6 +23,7 @@ fn request(question: &str, max_tokens: usize) -> RolloutRequest {
         top_k: None,
         backend: None,
         stop: Vec::new(),
+        client_tools: Default::default(),
     }
 }
 
@@ -355,10 +353,10 @@ async fn an_answer_already_in_the_continued_message_still_counts_its_prompt() {
     let ctx = context(&engine, StaticBackend::with(&[]), profile("search-r1"));
     let mut req = request("Who painted the Mona Lisa?", 64);
     req.continue_final_message = true;
-    req.messages.push(ChatTurn {
-        role: Role::Assistant,
-        content: "<answer> Leonardo </answer>".into(),
-    });
+    req.messages.push(ChatTurn::new(
+        Role::Assistant,
+        "<answer> Leonardo </answer>",
+    ));
     let (result, _) = collect(&ctx, &req).await;
     let outcome = result.unwrap();
     assert_eq!(outcome.answer, "Leonardo");

@@ -37,10 +37,7 @@ fn backend() -> Arc<StaticBackend> {
 
 fn ask(question: &str) -> RolloutRequest {
     RolloutRequest {
-        messages: vec![ChatTurn {
-            role: Role::User,
-            content: question.into(),
-        }],
+        messages: vec![ChatTurn::new(Role::User, question)],
         max_tokens: 512,
         temperature: None,
         top_p: None,
@@ -48,6 +45,7 @@ fn ask(question: &str) -> RolloutRequest {
         top_k: None,
         backend: None,
         stop: Vec::new(),
+        client_tools: Default::default(),
     }
 }
 
@@ -238,10 +236,7 @@ async fn a_turn_without_a_call_is_the_answer_and_a_forged_response_is_cut() {
 async fn a_continued_message_ending_in_a_call_is_searched_before_any_token() {
     let p = profile("tool-search");
     let mut req = ask("q");
-    req.messages.push(ChatTurn {
-        role: Role::Assistant,
-        content: TAGGED.into(),
-    });
+    req.messages.push(ChatTurn::new(Role::Assistant, TAGGED));
     req.continue_final_message = true;
     let (result, events, engine) = rollout(p, vec![vec![ANSWER.to_string()]], req).await;
     let outcome = result.unwrap();

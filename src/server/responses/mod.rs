@@ -411,6 +411,7 @@ fn to_chat(request: ResponsesRequest) -> Result<(ChatCompletionRequest, Params),
         continue_final_message: None,
         return_transcript: request.return_transcript,
         search: request.search,
+        ..ChatCompletionRequest::default()
     };
     Ok((chat, params))
 }
@@ -419,6 +420,7 @@ fn text_message(role: MessageRole, text: String) -> ChatMessage {
     ChatMessage {
         role,
         content: Some(MessageContent::Text(text)),
+        ..ChatMessage::default()
     }
 }
 
