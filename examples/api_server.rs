@@ -21,6 +21,12 @@
 //!   (four queries for profiles that split on `,`, such as `rag-r1-mq`);
 //! - otherwise: the search call `<search> Mona Lisa painter </search>`.
 //!
+//! With a client function `get_weather` offered (`tools`, which runs the
+//! `tool-search` policy): a call `get_weather({"city": "Paris"})` as a fenced
+//! JSON block; when seeker wrote the call's opening (a named `tool_choice`),
+//! its arguments; once the conversation holds a `tool` message, the answer
+//! "It is 18 degrees and sunny in Paris.".
+//!
 //! Search runs on the real default index (`tantivy`, the default backend).
 //! Three more backends, for the web UI tests, answer every query the same way:
 //! `fixture` with documents full of HTML and script markup and links (one
@@ -75,6 +81,9 @@ struct ScriptedPolicy {
     answer: ScriptedEngine,
     cited_answer: ScriptedEngine,
     slow: ScriptedEngine,
+    weather_call: ScriptedEngine,
+    weather_arguments: ScriptedEngine,
+    weather_answer: ScriptedEngine,
 }
 
 impl ScriptedPolicy {
@@ -120,11 +129,28 @@ impl ScriptedPolicy {
             slow: ScriptedEngine::new([slow])
                 .cycling()
                 .with_delay(Duration::from_millis(100)),
+            weather_call: once(texts(&[
+                "```json\n",
+                "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}",
+                "\n```",
+            ])),
+            weather_arguments: once(texts(&[" {\"city\": \"Paris\"}}", "\n</tool_call>"])),
+            weather_answer: once(texts(&["It is 18 degrees", " and sunny in Paris."])),
         }
     }
 
     fn pick(&self, prompt: &str) -> &ScriptedEngine {
         let lower = prompt.to_lowercase();
+        if prompt.contains("<|im_start|>tool\n") {
+            return &self.weather_answer;
+        }
+        if prompt.contains("\"name\":\"get_weather\"") {
+            return if prompt.ends_with("\"arguments\":") {
+                &self.weather_arguments
+            } else {
+                &self.weather_call
+            };
+        }
         if lower.contains("search for nothing") && !prompt.contains(NOTHING_SEARCH_CALL) {
             &self.nothing_search
         } else if lower.contains("think slowly") {

@@ -120,7 +120,9 @@ pub enum ToolChoice {
     /// (`<tool_call>\n{"name": "`) and the policy names the function.
     Required,
     /// The first turn calls this function: seeker writes the call up to its
-    /// arguments (`<tool_call>\n{"name": "NAME", "arguments": `).
+    /// arguments (`<tool_call>\n{"name": "NAME", "arguments":`, no space: the
+    /// tokenizer writes ` {` as one token, in the reply and in the template's
+    /// rendering of the call alike).
     Named(String),
 }
 
@@ -556,6 +558,13 @@ impl<'a> Rollout<'a> {
             self.bare_prompt = Some(PromptText::Raw(prompt.clone()));
         }
         prompt.push_str(&profile.assistant_prefix);
+        // After the client's function results the turn starts as it does
+        // after seeker's own tool responses (`tools.turn_prefix`).
+        if messages.last().is_some_and(|m| m.role == Role::Tool) && continuation.is_none() {
+            if let Some(tools) = &profile.tools {
+                prompt.push_str(&tools.turn_prefix);
+            }
+        }
         self.prompt_len = prompt.len();
         self.transcript = prompt;
         if let Some(splice) = after_prompt {
@@ -566,7 +575,7 @@ impl<'a> Rollout<'a> {
             (_, true) | (ToolChoice::Auto | ToolChoice::None, _) => None,
             (ToolChoice::Required, _) => Some(format!("{}\n{{\"name\": \"", profile.query_open)),
             (ToolChoice::Named(name), _) => Some(format!(
-                "{}\n{{\"name\": {}, \"arguments\": ",
+                "{}\n{{\"name\": {}, \"arguments\":",
                 profile.query_open,
                 serde_json::Value::String(name.clone())
             )),

@@ -92,6 +92,12 @@ async fn the_follow_up_with_the_result_continues_the_conversation() {
     let call = prompt.find("\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}");
     let result = prompt.find("<|im_start|>tool\n18 degrees, sunny").unwrap();
     assert!(call.is_some_and(|c| question < c && c < result), "{prompt}");
+    // The turn after the results starts as after seeker's own tool
+    // responses (the profile's turn prefix), which is not part of the answer.
+    assert!(
+        prompt.ends_with("<|im_start|>assistant\nAccording to the search results,"),
+        "{prompt}"
+    );
 }
 
 #[tokio::test]
@@ -111,7 +117,7 @@ async fn seekers_own_search_runs_before_the_client_call() {
 
 #[tokio::test]
 async fn a_named_tool_choice_is_written_by_seeker_and_completed_by_the_policy() {
-    let engine = ScriptedEngine::new([vec!["{\"city\": \"Paris\"}}\n</tool_call>"]]);
+    let engine = ScriptedEngine::new([vec![" {\"city\": \"Paris\"}}\n</tool_call>"]]);
     let (status, v) = chat(
         &engine,
         json!({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
@@ -121,7 +127,7 @@ async fn a_named_tool_choice_is_written_by_seeker_and_completed_by_the_policy() 
     let prompt = &engine.prompts()[0];
     assert!(
         prompt.ends_with(
-            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\":"
         ),
         "{prompt}"
     );

@@ -126,3 +126,69 @@ def test_raw_http_errors_share_one_shape():
         assert set(answer["error"]) == {"message", "type", "param", "code"}
         assert answer["error"]["code"] == code
         assert response_headers["x-request-id"]
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def test_a_client_tool_round_trip(client):
+    first = client.chat.completions.create(
+        model="default", messages=WEATHER_QUESTION, tools=[WEATHER]
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    # The client runs the function and sends the result back.
+    follow_up = WEATHER_QUESTION + [
+        choice.message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees, sunny"},
+    ]
+    second = client.chat.completions.create(model="default", messages=follow_up, tools=[WEATHER])
+    assert second.choices[0].finish_reason == "stop"
+    assert second.choices[0].message.content == "It is 18 degrees and sunny in Paris."
+
+
+def test_a_named_tool_choice_and_a_streamed_call(client):
+    r = client.chat.completions.create(
+        model="default",
+        messages=WEATHER_QUESTION,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+
+    stream = client.chat.completions.create(
+        model="default", messages=WEATHER_QUESTION, tools=[WEATHER], stream=True
+    )
+    chunks = [c for c in stream if c.choices]
+    deltas = [t for c in chunks for t in (c.choices[0].delta.tool_calls or [])]
+    assert [d.index for d in deltas] == [0]
+    assert deltas[0].function.name == "get_weather"
+    assert json.loads(deltas[0].function.arguments) == {"city": "Paris"}
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_tools_on_a_policy_that_cannot_call_functions_is_a_400(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model="default",
+            messages=WEATHER_QUESTION,
+            tools=[WEATHER],
+            extra_body={"policy": "search-r1"},
+        )
+    assert e.value.param == "tools"

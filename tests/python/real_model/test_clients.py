@@ -7,6 +7,7 @@ API key. Each rollout takes tens of seconds on a CPU, so the question is one:
 """
 
 import asyncio
+import json
 import os
 
 import httpx2
@@ -111,3 +112,63 @@ def test_mcp_client_lists_and_calls_both_tools():
     out = answer.structured_content
     assert out["answer"] and out["searches"] >= 1 and out["documents"]
     print(f"research: {out['answer']!r}, {len(out['citations'])} citations")
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+
+
+def test_a_named_client_tool_is_called_and_its_result_answered(client):
+    r = client.chat.completions.create(
+        model="default",
+        messages=WEATHER_QUESTION,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    arguments = json.loads(call.function.arguments)
+    assert "paris" in json.dumps(arguments).lower(), arguments
+    follow_up = WEATHER_QUESTION + [
+        choice.message.model_dump(exclude_none=True, include={"role", "content", "tool_calls"}),
+        {"role": "tool", "tool_call_id": call.id, "content": "18 degrees Celsius, sunny"},
+    ]
+    r = client.chat.completions.create(
+        model="default",
+        messages=follow_up,
+        tools=[WEATHER],
+        extra_body={"return_transcript": True},
+    )
+    assert r.choices[0].finish_reason == "stop"
+    answer = r.choices[0].message.content
+    assert "18" in answer, answer
+    # The conversation continued where the call left it: most of the prompt
+    # came from the prefix cache.
+    cached = r.model_extra["seeker"]["rounds"][0]["prompt_tokens_cached"]
+    print(f"follow-up: {answer!r}; {cached} of {r.usage.prompt_tokens} prompt tokens cached")
+    assert cached > r.usage.prompt_tokens // 2
+
+
+def test_with_auto_the_outcome_is_the_models_and_never_a_server_error(client):
+    r = client.chat.completions.create(
+        model="default", messages=WEATHER_QUESTION, tools=[WEATHER], tool_choice="auto"
+    )
+    choice = r.choices[0]
+    assert choice.finish_reason in {"tool_calls", "stop", "length"}
+    if choice.finish_reason == "tool_calls":
+        for call in choice.message.tool_calls:
+            json.loads(call.function.arguments)
+    print(f"auto: {choice.finish_reason}, {choice.message.tool_calls or choice.message.content!r}")
