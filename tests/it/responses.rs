@@ -252,10 +252,7 @@ async fn bad_requests_name_the_responses_field() {
             json!({"previous_response_id": "resp_1"}),
             "previous_response_id",
         ),
-        (
-            json!({"tools": [{"type": "function", "name": "f"}]}),
-            "tools[0]",
-        ),
+        (json!({"tools": [{"type": "file_search"}]}), "tools[0]"),
         (json!({"tool_choice": "none"}), "tool_choice"),
         (json!({"include": ["bogus"]}), "include[0]"),
         (json!({"input": 42}), "input"),
@@ -271,7 +268,7 @@ async fn bad_requests_name_the_responses_field() {
             "input[0].role",
         ),
         (
-            json!({"input": [{"type": "function_call_output", "output": "x"}]}),
+            json!({"input": [{"type": "computer_call_output", "output": "x"}]}),
             "input[0].type",
         ),
         (
@@ -300,5 +297,95 @@ async fn bad_requests_name_the_responses_field() {
             !message.contains("max_completion_tokens"),
             "{extra}: {message}"
         );
+    }
+}
+
+fn weather() -> Value {
+    json!({"type": "function", "name": "get_weather", "description": "Current weather.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}})
+}
+
+#[tokio::test]
+async fn a_function_call_ends_the_response_and_its_output_comes_back_as_input() {
+    let call = "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```";
+    let tools = json!([{"type": "web_search"}, weather()]);
+    let (status, body) = respond(
+        ScriptedEngine::new([vec![call]]),
+        json!({"input": "Weather in Paris?", "tools": tools}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "completed");
+    let output = v["output"].as_array().unwrap();
+    let last = output.last().unwrap();
+    assert_eq!(last["type"], "function_call", "{body}");
+    assert_eq!(last["name"], "get_weather");
+    assert_eq!(last["status"], "completed");
+    assert!(last["id"].as_str().unwrap().starts_with("fc_"));
+    let call_id = last["call_id"].as_str().unwrap().to_string();
+    assert!(call_id.starts_with("call_"));
+    let arguments: Value = serde_json::from_str(last["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(arguments, json!({"city": "Paris"}));
+    assert!(output.iter().all(|i| i["type"] != "message"));
+
+    // The client runs it and sends the call and its output back.
+    let engine = ScriptedEngine::new([vec!["It is 18 degrees in Paris."]]);
+    let input = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": call_id, "name": "get_weather",
+            "arguments": "{\"city\": \"Paris\"}"},
+        {"type": "function_call_output", "call_id": call_id, "output": "18 degrees"},
+    ]);
+    let (status, body) = respond(engine.clone(), json!({"input": input, "tools": tools})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    let message = v["output"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(message["content"][0]["text"], "It is 18 degrees in Paris.");
+    let prompt = &engine.prompts()[0];
+    assert!(
+        prompt.contains("<|im_start|>tool\n18 degrees<|im_end|>"),
+        "{prompt}"
+    );
+
+    // Streamed: the call's arguments come as their own events.
+    let (_, body) = respond(
+        ScriptedEngine::new([vec![call]]),
+        json!({"input": "Weather in Paris?", "tools": tools, "stream": true}),
+    )
+    .await;
+    let names: Vec<String> = events(&body).into_iter().map(|(n, _)| n).collect();
+    let at = |name: &str| names.iter().position(|n| n == name).unwrap();
+    assert!(
+        at("response.function_call_arguments.delta") < at("response.function_call_arguments.done")
+    );
+    assert_eq!(names.last().unwrap(), "response.completed");
+}
+
+#[tokio::test]
+async fn function_tool_errors_name_the_responses_fields() {
+    let cases = [
+        (
+            json!({"tools": [{"type": "web_search"}, {"type": "function"}]}),
+            "tools[1].name",
+        ),
+        (
+            json!({"tools": [{"type": "web_search"}, {"type": "function", "name": "search"}]}),
+            "tools[1].name",
+        ),
+        (
+            json!({"tools": [weather()], "tool_choice": {"type": "function", "name": "nope"}}),
+            "tool_choice",
+        ),
+        (
+            json!({"input": [{"role": "user", "content": "q"},
+            {"type": "function_call_output", "output": "x"}]}),
+            "input[1].call_id",
+        ),
+    ];
+    for (extra, param) in cases {
+        let (status, body) = respond(script(), extra.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{extra}: {body}");
+        assert_eq!(error_of(&body)["param"], param, "{extra}: {body}");
     }
 }

@@ -7,6 +7,7 @@ question asks to cite sources). The SDK's own types must parse every object
 and event: the checks below use its classes, not dictionaries.
 """
 
+import json
 import os
 
 import openai
@@ -15,6 +16,7 @@ from openai.types.chat.chat_completion_message import Annotation as ChatAnnotati
 from openai.types.responses import (
     Response,
     ResponseCompletedEvent,
+    ResponseFunctionToolCall,
     ResponseFunctionWebSearch,
     ResponseOutputMessage,
     ResponseOutputText,
@@ -138,6 +140,26 @@ def test_responses_errors_name_the_field(client):
         client.responses.create(
             model="default",
             input=QUESTION,
-            tools=[{"type": "function", "name": "f", "parameters": {}, "strict": False}],
+            tools=[{"type": "file_search", "vector_store_ids": ["vs_1"]}],
         )
     assert e.value.param == "tools[0]"
+
+
+def test_a_function_tool_round_trip_through_responses(client):
+    weather = {
+        "type": "function",
+        "name": "get_weather",
+        "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.responses.create(model="default", input=question, tools=[weather])
+    calls = [i for i in r.output if isinstance(i, ResponseFunctionToolCall)]
+    assert len(calls) == 1 and calls[0].name == "get_weather"
+    assert json.loads(calls[0].arguments) == {"city": "Paris"}
+    follow_up = question + [
+        calls[0].model_dump(include={"type", "call_id", "name", "arguments"}),
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "18 degrees"},
+    ]
+    r = client.responses.create(model="default", input=follow_up, tools=[weather])
+    assert r.output_text == "It is 18 degrees and sunny in Paris."

@@ -29,7 +29,10 @@ use super::chat::{bounded, context};
 use super::error::{ApiError, ErrorBody};
 use super::json::{ApiJson, RequestBody};
 use super::observe::Observer;
-use super::openai::{ChatCompletionRequest, ChatMessage, MessageContent, MessageRole};
+use super::openai::{
+    ChatCompletionRequest, ChatMessage, FunctionCall, FunctionSpec, MessageContent, MessageRole,
+    ToolCallObject, ToolSpec,
+};
 use super::render::ResponseMeta;
 use super::validate::validate;
 use super::AppState;
@@ -220,6 +223,7 @@ struct Echo {
     top_p: Option<f64>,
     tools: Vec<Value>,
     tool_choice: Value,
+    parallel_tool_calls: bool,
     metadata: Value,
 }
 
@@ -232,6 +236,7 @@ impl Echo {
             top_p: request.top_p,
             tools: request.tools.clone().unwrap_or_default(),
             tool_choice: request.tool_choice.clone().unwrap_or(json!("auto")),
+            parallel_tool_calls: request.parallel_tool_calls.unwrap_or(true),
             metadata: request
                 .metadata
                 .clone()
@@ -253,7 +258,7 @@ impl Echo {
             max_output_tokens: self.max_output_tokens,
             model: meta.model.clone(),
             output: Vec::new(),
-            parallel_tool_calls: true,
+            parallel_tool_calls: self.parallel_tool_calls,
             previous_response_id: None,
             store: false,
             temperature: self.temperature,
@@ -276,6 +281,8 @@ struct Params {
     /// `input[i]`) and the field of its text (`instructions`, `input`,
     /// `input[i].content`).
     messages: Vec<(String, String)>,
+    /// Per chat tool (the function tools), its index in the request's `tools`.
+    tools: Vec<usize>,
 }
 
 impl Params {
@@ -294,12 +301,21 @@ impl Params {
         names.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
         names.push(("messages".into(), "input".into()));
         names.push(("max_completion_tokens".into(), "max_output_tokens".into()));
+        // `tools[k].function.name` of the chat request is `tools[i].name`
+        // here (web search tools are not passed on), rewritten in one pass.
+        let tools = regex::Regex::new(r"tools\[(\d+)\](\.function)?").expect("regex");
         let rewrite = |text: &str| {
             let mut out = text.to_string();
             for (from, to) in &names {
                 out = out.replace(from.as_str(), to);
             }
-            out
+            tools
+                .replace_all(&out, |c: &regex::Captures<'_>| {
+                    let k: usize = c[1].parse().unwrap_or(usize::MAX);
+                    let i = self.tools.get(k).copied().unwrap_or(k);
+                    format!("tools[{i}]")
+                })
+                .into_owned()
         };
         error.param = error.param.as_deref().map(rewrite);
         error.message = rewrite(&error.message);
@@ -321,39 +337,69 @@ fn to_chat(request: ResponsesRequest) -> Result<(ChatCompletionRequest, Params),
             "this server stores no responses; send the whole conversation as `input`",
         ));
     }
+    // Web search is what the policy does; function tools are the client's.
+    let mut functions = Vec::new();
+    let mut function_at = Vec::new();
     for (i, tool) in request.tools.iter().flatten().enumerate() {
         let kind = tool.get("type").and_then(Value::as_str).unwrap_or("");
-        if !WEB_SEARCH_TOOLS.contains(&kind) {
+        if WEB_SEARCH_TOOLS.contains(&kind) {
+            continue;
+        }
+        if kind != "function" {
             return Err(ApiError::invalid_field(
                 &format!("tools[{i}]"),
                 format!(
-                    "tools of type `{}` are not supported here; this server's tool is \
-                     web search (`{{\"type\": \"web_search\"}}`), run by the policy",
+                    "tools of type `{}` are not supported here; give web search \
+                     (`{{\"type\": \"web_search\"}}`, run by the policy) or functions",
                     super::error::clip(kind)
                 ),
             ));
         }
+        functions.push(function_tool(i, tool)?);
+        function_at.push(i);
     }
-    match &request.tool_choice {
-        None => {}
-        Some(Value::String(s)) if s == "auto" || s == "required" => {}
-        Some(Value::Object(o))
-            if o.get("type")
-                .and_then(Value::as_str)
-                .is_some_and(|t| WEB_SEARCH_TOOLS.contains(&t)) => {}
-        Some(Value::String(s)) if s == "none" => {
-            return Err(ApiError::invalid_field(
+    let tool_choice =
+        match &request.tool_choice {
+            None => None,
+            Some(Value::String(s)) if s == "auto" || s == "required" || s == "none" => {
+                if functions.is_empty() {
+                    // Only web search: the policy decides when to search.
+                    if s == "none" {
+                        return Err(ApiError::invalid_field(
+                            "tool_choice",
+                            "tool_choice `none` is not supported for web search: the policy \
+                         decides when to search",
+                        ));
+                    }
+                    None
+                } else {
+                    Some(Value::String(s.clone()))
+                }
+            }
+            Some(Value::Object(o))
+                if o.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| WEB_SEARCH_TOOLS.contains(&t)) =>
+            {
+                None
+            }
+            Some(Value::Object(o)) if o.get("type").and_then(Value::as_str) == Some("function") => {
+                match o.get("name").and_then(Value::as_str) {
+                    Some(name) => Some(json!({"type": "function", "function": {"name": name}})),
+                    None => {
+                        return Err(ApiError::invalid_field(
+                            "tool_choice",
+                            "a function tool_choice needs `name`",
+                        ))
+                    }
+                }
+            }
+            Some(_) => return Err(ApiError::invalid_field(
                 "tool_choice",
-                "tool_choice `none` is not supported: the policy decides when to search",
-            ))
-        }
-        Some(_) => {
-            return Err(ApiError::invalid_field(
-                "tool_choice",
-                "tool_choice must be `auto`, `required` or a web_search tool",
-            ))
-        }
-    }
+                "tool_choice must be `auto`, `required`, `none` (functions only), a web_search \
+                 tool or {\"type\": \"function\", \"name\"}",
+            )),
+        };
     for (i, value) in request.include.iter().flatten().enumerate() {
         if !INCLUDABLE.contains(&value.as_str()) {
             return Err(ApiError::invalid_field(
@@ -369,6 +415,7 @@ fn to_chat(request: ResponsesRequest) -> Result<(ChatCompletionRequest, Params),
     let mut messages = Vec::new();
     let mut params = Params {
         messages: Vec::new(),
+        tools: function_at,
     };
     if let Some(instructions) = request.instructions {
         messages.push(text_message(MessageRole::System, instructions));
@@ -381,9 +428,28 @@ fn to_chat(request: ResponsesRequest) -> Result<(ChatCompletionRequest, Params),
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                if let Some(m) = input_item(i, item)? {
-                    messages.push(m);
-                    params.push(format!("input[{i}]"), format!("input[{i}].content"));
+                match input_item(i, item)? {
+                    Some(Input::Message(m)) => {
+                        messages.push(m);
+                        params.push(format!("input[{i}]"), format!("input[{i}].content"));
+                    }
+                    // Calls the model made in a row are one assistant turn.
+                    Some(Input::Call(call)) => match messages.last_mut() {
+                        Some(ChatMessage {
+                            role: MessageRole::Assistant,
+                            tool_calls: Some(calls),
+                            ..
+                        }) => calls.push(call),
+                        _ => {
+                            messages.push(ChatMessage {
+                                role: MessageRole::Assistant,
+                                tool_calls: Some(vec![call]),
+                                ..ChatMessage::default()
+                            });
+                            params.push(format!("input[{i}]"), format!("input[{i}]"));
+                        }
+                    },
+                    None => {}
                 }
             }
         }
@@ -411,7 +477,9 @@ fn to_chat(request: ResponsesRequest) -> Result<(ChatCompletionRequest, Params),
         continue_final_message: None,
         return_transcript: request.return_transcript,
         search: request.search,
-        ..ChatCompletionRequest::default()
+        tools: (!functions.is_empty()).then_some(functions),
+        tool_choice,
+        parallel_tool_calls: request.parallel_tool_calls,
     };
     Ok((chat, params))
 }
@@ -424,9 +492,43 @@ fn text_message(role: MessageRole, text: String) -> ChatMessage {
     }
 }
 
-/// One input item as a chat message; `None` for the items of an earlier
-/// response that are skipped (`reasoning`, `web_search_call`).
-fn input_item(i: usize, item: &Value) -> Result<Option<ChatMessage>, ApiError> {
+/// A Responses `function` tool (`{"type": "function", "name",
+/// "description", "parameters", "strict"}`) as a chat tool.
+///
+/// # Errors
+/// A 400 naming `tools[i].name` when it has no name.
+fn function_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
+    let Some(name) = tool.get("name").and_then(Value::as_str) else {
+        return Err(ApiError::invalid_field(
+            &format!("tools[{i}].name"),
+            "a function tool needs a `name`",
+        ));
+    };
+    Ok(ToolSpec {
+        kind: "function".into(),
+        function: FunctionSpec {
+            name: name.to_string(),
+            description: tool
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            parameters: tool.get("parameters").cloned(),
+            strict: tool.get("strict").and_then(Value::as_bool),
+        },
+    })
+}
+
+/// An input item, as the chat conversation holds it.
+enum Input {
+    /// A message, or a function's output (a `tool` message).
+    Message(ChatMessage),
+    /// A function call the model made (part of an assistant turn).
+    Call(ToolCallObject),
+}
+
+/// One input item; `None` for the items of an earlier response that are
+/// skipped (`reasoning`, `web_search_call`).
+fn input_item(i: usize, item: &Value) -> Result<Option<Input>, ApiError> {
     let field = |name: &str| format!("input[{i}]{name}");
     let Value::Object(item) = item else {
         return Err(ApiError::invalid_field(
@@ -444,9 +546,55 @@ fn input_item(i: usize, item: &Value) -> Result<Option<ChatMessage>, ApiError> {
             ))
         }
     };
+    let text_of = |key: &str| item.get(key).and_then(Value::as_str).map(str::to_string);
     match kind {
         "message" => {}
         "reasoning" | "web_search_call" => return Ok(None),
+        "function_call" => {
+            let (Some(call_id), Some(name)) = (text_of("call_id"), text_of("name")) else {
+                return Err(ApiError::invalid_field(
+                    &field(""),
+                    format!("input[{i}] is a function_call: it needs `call_id` and `name`"),
+                ));
+            };
+            return Ok(Some(Input::Call(ToolCallObject {
+                id: call_id,
+                kind: "function".into(),
+                function: FunctionCall {
+                    name,
+                    arguments: text_of("arguments").unwrap_or_else(|| "{}".into()),
+                },
+            })));
+        }
+        "function_call_output" => {
+            let Some(call_id) = text_of("call_id") else {
+                return Err(ApiError::invalid_field(
+                    &field(".call_id"),
+                    format!(
+                        "input[{i}] is a function_call_output: it needs the `call_id` it answers"
+                    ),
+                ));
+            };
+            let output = match item.get("output") {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect(),
+                _ => {
+                    return Err(ApiError::invalid_field(
+                        &field(".output"),
+                        format!("input[{i}].output must be a string or text parts"),
+                    ))
+                }
+            };
+            return Ok(Some(Input::Message(ChatMessage {
+                role: MessageRole::Tool,
+                content: Some(MessageContent::Text(output)),
+                tool_call_id: Some(call_id),
+                ..ChatMessage::default()
+            })));
+        }
         other => {
             return Err(ApiError::invalid_field(
                 &field(".type"),
@@ -504,5 +652,5 @@ fn input_item(i: usize, item: &Value) -> Result<Option<ChatMessage>, ApiError> {
             ))
         }
     };
-    Ok(Some(text_message(role, text)))
+    Ok(Some(Input::Message(text_message(role, text))))
 }

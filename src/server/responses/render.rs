@@ -18,7 +18,7 @@ use super::types::{
     Annotation, IncompleteDetails, InputTokensDetails, OutputItem, OutputText, OutputTokensDetails,
     ReasoningText, ResponseError, ResponseObject, ResponseUsage, Source, WebSearchAction,
 };
-use crate::rollout::{FinishReason, PageRecord, RolloutEvent, RolloutOutcome};
+use crate::rollout::{ClientCall, FinishReason, PageRecord, RolloutEvent, RolloutOutcome};
 use crate::server::citations::{self, document_url};
 use crate::server::error::ApiError;
 use crate::server::render::ResponseMeta;
@@ -385,6 +385,18 @@ impl ResponseWriter {
                 reason: "max_output_tokens".into(),
             });
         }
+        if outcome.finish_reason == FinishReason::ToolCalls {
+            self.close(&mut out, &[], "completed");
+            for call in &outcome.tool_calls {
+                self.function_call(&mut out, call);
+            }
+            self.response.status = "completed".into();
+            self.response.usage = Some(usage(outcome));
+            self.response.seeker = Some(self.meta.seeker_info(outcome));
+            let data = json!({ "response": self.response });
+            out.push(self.emit("response.completed", data));
+            return out;
+        }
         if !matches!(self.open, Some(Open::Message { .. })) {
             self.close(&mut out, &[], "completed");
             self.open_message(&mut out);
@@ -409,6 +421,39 @@ impl ResponseWriter {
         let data = json!({ "response": self.response });
         out.push(self.emit(kind, data));
         out
+    }
+
+    /// A call of a client function: added (arguments empty), the arguments
+    /// in one delta, done.
+    fn function_call(&mut self, out: &mut Vec<StreamEvent>, call: &ClientCall) {
+        let id = new_id("fc");
+        let index = self.index();
+        let item = |arguments: &str, status: &str| OutputItem::FunctionCall {
+            id: id.clone(),
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: arguments.to_string(),
+            status: status.into(),
+        };
+        out.push(self.emit(
+            "response.output_item.added",
+            json!({"output_index": index, "item": item("", "in_progress")}),
+        ));
+        out.push(self.emit(
+            "response.function_call_arguments.delta",
+            json!({"item_id": id, "output_index": index, "delta": call.arguments}),
+        ));
+        out.push(self.emit(
+            "response.function_call_arguments.done",
+            json!({"item_id": id, "output_index": index, "arguments": call.arguments,
+                "name": call.name}),
+        ));
+        let done = item(&call.arguments, "completed");
+        out.push(self.emit(
+            "response.output_item.done",
+            json!({"output_index": index, "item": done}),
+        ));
+        self.response.output.push(done);
     }
 
     /// Ends a rollout that failed after the stream started:

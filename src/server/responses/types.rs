@@ -44,14 +44,18 @@ pub struct ResponsesRequest {
     #[serde(default)]
     #[schema(exclusive_minimum = 0, maximum = 1)]
     pub top_p: Option<f64>,
-    /// `[{"type": "web_search"}]` (or `web_search_preview`): seeker's
-    /// policies search by themselves, so this is what they do with or
-    /// without it; other tool types are a 400 naming `tools[i]`.
+    /// `{"type": "web_search"}` (or `web_search_preview`): seeker's policies
+    /// search by themselves, so this is what they do with or without it.
+    /// `{"type": "function", "name", "description", "parameters"}`: a
+    /// function the client runs (as `tools` of chat completions); a call of
+    /// it ends the response with `function_call` items. Other tool types are
+    /// a 400 naming `tools[i]`.
     #[serde(default)]
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
-    /// `auto` or `required` (or a `web_search` tool); `none` is a 400:
-    /// the policy decides when to search.
+    /// `auto`, `required`, `none` (these two apply to function tools; with
+    /// web search only, `none` is a 400: the policy decides when to
+    /// search), a `web_search` tool, or `{"type": "function", "name"}`.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub tool_choice: Option<Value>,
@@ -59,6 +63,9 @@ pub struct ResponsesRequest {
     /// values OpenAI defines are accepted and have no effect.
     #[serde(default)]
     pub include: Option<Vec<String>>,
+    /// Return every function call of a turn (default) or only the first.
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
     /// Accepted; nothing is stored either way (the response says `store:
     /// false`): send the whole conversation as `input` each time.
     #[serde(default)]
@@ -173,6 +180,19 @@ pub enum OutputItem {
         /// of the round failed, or the page could not be read).
         status: String,
         action: WebSearchAction,
+    },
+    /// A call of a client function: the response ends with these (no
+    /// message); the client sends `function_call_output` items back.
+    FunctionCall {
+        /// `fc_…`.
+        id: String,
+        /// `call_…`: what the output names.
+        call_id: String,
+        name: String,
+        /// A JSON object's text.
+        arguments: String,
+        /// `completed`.
+        status: String,
     },
     /// The answer.
     Message {
