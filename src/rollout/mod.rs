@@ -505,7 +505,10 @@ impl<'a> Rollout<'a> {
                     .iter()
                     .map(|call| defuse_json(call, specials))
                     .collect(),
-                tool_call_id: m.tool_call_id.clone(),
+                tool_call_id: m
+                    .tool_call_id
+                    .as_ref()
+                    .map(|id| defuse(id, specials).into_owned()),
             })
             .collect();
         let messages = &messages;
@@ -541,7 +544,10 @@ impl<'a> Rollout<'a> {
         self.template_tools = profile.template_tools().to_vec();
         let client = &request.client_tools;
         if client.choice != ToolChoice::None {
-            self.template_tools.extend(client.functions.iter().cloned());
+            // The client's descriptions and schemas are text like its
+            // messages: control tokens in them are defused.
+            self.template_tools
+                .extend(client.functions.iter().map(|f| defuse_json(f, specials)));
         }
         let mut prompt = match profile.prompt(messages, question_at, documents_first.as_deref()) {
             PromptText::Chat(turns) => {

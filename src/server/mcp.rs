@@ -90,6 +90,19 @@ pub(crate) async fn guard(
         .into_response();
     }
     let sent_json = is_json(request.headers());
+    // `Accept` sent as several headers is one list (RFC 9110 §5.3).
+    let mut request = request;
+    let accepts: Vec<String> = request
+        .headers()
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok().map(str::to_string))
+        .collect();
+    if accepts.len() > 1 {
+        if let Ok(joined) = header::HeaderValue::from_str(&accepts.join(", ")) {
+            request.headers_mut().insert(header::ACCEPT, joined);
+        }
+    }
     let response = next.run(request).await;
     if response.status().is_success() || is_json(response.headers()) {
         return response;

@@ -105,7 +105,9 @@ pub struct ToolSpec {
     /// `function`.
     #[serde(rename = "type")]
     pub kind: String,
-    pub function: FunctionSpec,
+    /// Required for `function` tools.
+    #[serde(default)]
+    pub function: Option<FunctionSpec>,
 }
 
 /// A client function's name, description and JSON-schema parameters.

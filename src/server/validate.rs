@@ -380,7 +380,12 @@ fn client_functions(tools: &[ToolSpec]) -> Result<Vec<serde_json::Value>, ApiErr
                 "only tools of type `function` are supported",
             ));
         }
-        let f = &tool.function;
+        let Some(f) = &tool.function else {
+            return Err(ApiError::invalid_field(
+                &format!("tools[{i}].function"),
+                "a function tool needs `function`: {\"name\", \"description\", \"parameters\"}",
+            ));
+        };
         let good = (1..=64).contains(&f.name.len())
             && f.name
                 .bytes()

@@ -210,6 +210,21 @@ async fn the_transports_refusals_come_in_the_apis_error_shape() {
     assert_eq!(status, StatusCode::NOT_ACCEPTABLE);
     assert_eq!(error_of(&body)["code"], "not_acceptable");
 
+    // `Accept` split over two headers is the same list.
+    let (status, _, body) = call(
+        Arc::clone(&state),
+        "POST",
+        &[
+            ("host", "localhost"),
+            ("content-type", "application/json"),
+            ("accept", "application/json"),
+            ("accept", "text/event-stream"),
+        ],
+        &list,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+
     let (status, _, body) = call(
         state,
         "POST",

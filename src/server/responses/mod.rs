@@ -364,11 +364,13 @@ fn to_chat(request: ResponsesRequest) -> Result<(ChatCompletionRequest, Params),
             Some(Value::String(s)) if s == "auto" || s == "required" || s == "none" => {
                 if functions.is_empty() {
                     // Only web search: the policy decides when to search.
-                    if s == "none" {
+                    if s != "auto" {
                         return Err(ApiError::invalid_field(
                             "tool_choice",
-                            "tool_choice `none` is not supported for web search: the policy \
-                         decides when to search",
+                            format!(
+                                "tool_choice `{s}` needs function tools: with web search \
+                                 alone the policy decides when to search"
+                            ),
                         ));
                     }
                     None
@@ -506,7 +508,7 @@ fn function_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
     };
     Ok(ToolSpec {
         kind: "function".into(),
-        function: FunctionSpec {
+        function: Some(FunctionSpec {
             name: name.to_string(),
             description: tool
                 .get("description")
@@ -514,7 +516,7 @@ fn function_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
                 .map(str::to_string),
             parameters: tool.get("parameters").cloned(),
             strict: tool.get("strict").and_then(Value::as_bool),
-        },
+        }),
     })
 }
 

@@ -94,9 +94,16 @@ impl ResponseWriter {
         self.response.output.len()
     }
 
+    /// `{"response": …}` as the non-streamed body serialises it (through
+    /// JSON text: `json!` would widen `f32` scores to `f64` digits).
+    fn snapshot(&self) -> Value {
+        let text = serde_json::to_string(&self.response).expect("response serialises");
+        json!({ "response": serde_json::from_str::<Value>(&text).expect("valid JSON") })
+    }
+
     /// `response.created` and `response.in_progress`.
     pub fn start(&mut self) -> Vec<StreamEvent> {
-        let snapshot = json!({ "response": self.response });
+        let snapshot = self.snapshot();
         vec![
             self.emit("response.created", snapshot.clone()),
             self.emit("response.in_progress", snapshot),
@@ -393,7 +400,7 @@ impl ResponseWriter {
             self.response.status = "completed".into();
             self.response.usage = Some(usage(outcome));
             self.response.seeker = Some(self.meta.seeker_info(outcome));
-            let data = json!({ "response": self.response });
+            let data = self.snapshot();
             out.push(self.emit("response.completed", data));
             return out;
         }
@@ -418,7 +425,7 @@ impl ResponseWriter {
         } else {
             "response.incomplete"
         };
-        let data = json!({ "response": self.response });
+        let data = self.snapshot();
         out.push(self.emit(kind, data));
         out
     }
@@ -467,7 +474,7 @@ impl ResponseWriter {
             code: error.code.code().to_string(),
             message: error.message.clone(),
         });
-        let data = json!({ "response": self.response });
+        let data = self.snapshot();
         out.push(self.emit("response.failed", data));
         out
     }
