@@ -54,7 +54,7 @@ pub struct ResponsesRequest {
     #[schema(value_type = Option<Vec<Object>>)]
     pub tools: Option<Vec<Value>>,
     /// `auto`, `required`, `none` (these two apply to function tools; with
-    /// web search only, `none` is a 400: the policy decides when to
+    /// web search alone they are a 400: the policy decides when to
     /// search), a `web_search` tool, or `{"type": "function", "name"}`.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
