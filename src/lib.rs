@@ -17,7 +17,9 @@
 //! - [`server`]: the HTTP surface (axum), one file per step: `listen`
 //!   (connections) → `ops` (keys, limits, per-route metrics) → `json` (the
 //!   body) → `validate` → `chat` / `retrieve` → `render` (chunks, responses);
-//!   `state`, `error`, `openai` (wire types), `api_doc` (OpenAPI).
+//!   `responses` (the Responses API over the same rollout), `mcp` (the MCP
+//!   server), `citations` (`url_citation`s of an answer); `state`, `error`,
+//!   `openai` (wire types), `api_doc` (OpenAPI).
 //! - [`rollout`]: the search loop of one request, round by round; `answer`
 //!   trims the streamed answer and applies `stop` strings.
 //! - [`profile`]: policy profiles (`config/policies/*.toml`): `load` (schema and
