@@ -22,7 +22,9 @@ use super::openai::{ChatCompletion, ChatCompletionChunk, ChatCompletionRequest, 
 use super::render::{self, ChunkWriter, ResponseMeta};
 use super::validate::{validate, Validated};
 use super::AppState;
-use crate::rollout::{self, RolloutContext, RolloutError, RolloutOutcome};
+use crate::rollout::{
+    self, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,
+};
 
 /// Runs a search-augmented chat completion: the policy reasons, searches
 /// (every query of a round at once), reads the spliced documents and answers.
@@ -101,26 +103,16 @@ async fn complete(
     meta: ResponseMeta,
     started: Instant,
 ) -> Response {
-    let request = validated.rollout;
     let mut observer = Observer::new(Arc::clone(&state.metrics), started);
-    let (tx, mut rx) = mpsc::channel(64);
-    let run = async {
-        let ended = bounded(&state, started, rollout::run(&ctx, &request, &tx)).await;
-        drop(tx);
-        ended
-    };
-    let collect = async {
-        let mut reasoning = String::new();
-        while let Some(event) = rx.recv().await {
-            observer.on_event(&event);
-            if let Some(text) = render::trace_text(&event) {
-                reasoning.push_str(text);
-            }
+    let mut reasoning = String::new();
+    let ended = run_collecting(&state, started, &ctx, &validated.rollout, |event| {
+        observer.on_event(&event);
+        if let Some(text) = render::trace_text(&event) {
+            reasoning.push_str(text);
         }
-        reasoning
-    };
-    let (ended, reasoning) = tokio::join!(run, collect);
-    let outcome = match ended.into_result(&state) {
+    })
+    .await;
+    let outcome = match ended {
         Ok(o) => o,
         Err(e) => {
             observer.fail();
@@ -145,16 +137,8 @@ fn stream(
     meta: ResponseMeta,
     started: Instant,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let request = validated.rollout;
     let include_usage = validated.include_usage;
-    let (tx, mut rx) = mpsc::channel(64);
-    // The rollout stops at once when this stream (and so `rx`) is dropped.
-    let task = {
-        let state = Arc::clone(&state);
-        tokio::spawn(
-            async move { bounded(&state, started, rollout::run(&ctx, &request, &tx)).await },
-        )
-    };
+    let (mut rx, ended) = spawn_rollout(&state, started, ctx, validated.rollout);
     let mut observer = Observer::new(Arc::clone(&state.metrics), started);
     let writer = ChunkWriter::new(meta);
     let events = async_stream::stream! {
@@ -163,8 +147,8 @@ fn stream(
             observer.on_event(&event);
             yield Ok(sse(&writer.event(event)));
         }
-        match task.await.map(|ended| ended.into_result(&state)) {
-            Ok(Ok(outcome)) => {
+        match ended.await {
+            Ok(outcome) => {
                 observer.finish(&outcome);
                 if let Some(calls) = writer.tool_calls(&outcome) {
                     yield Ok(sse(&calls));
@@ -174,15 +158,9 @@ fn stream(
                     yield Ok(sse(&writer.usage(&outcome)));
                 }
             }
-            Ok(Err(e)) => {
-                observer.fail();
-                yield Ok(Event::default().data(e.to_json()));
-            }
             Err(e) => {
                 observer.fail();
-                tracing::error!(error = %e, "rollout task failed");
-                let err = ApiError::new(ErrorCode::EngineFailure, "the rollout failed; see the server log");
-                yield Ok(Event::default().data(err.to_json()));
+                yield Ok(Event::default().data(e.to_json()));
             }
         }
         yield Ok(Event::default().data("[DONE]"));
@@ -190,8 +168,68 @@ fn stream(
     Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(5)))
 }
 
+/// Runs one rollout to its end within the request's bounds ([`bounded`]),
+/// giving each event to `on_event` as it comes (the non-streamed routes:
+/// chat, Responses, MCP `research`).
+pub(super) async fn run_collecting(
+    state: &AppState,
+    started: Instant,
+    ctx: &RolloutContext,
+    request: &RolloutRequest,
+    mut on_event: impl FnMut(RolloutEvent),
+) -> Result<RolloutOutcome, ApiError> {
+    let (tx, mut rx) = mpsc::channel(64);
+    let run = async {
+        let ended = bounded(state, started, rollout::run(ctx, request, &tx)).await;
+        drop(tx);
+        ended
+    };
+    let collect = async {
+        while let Some(event) = rx.recv().await {
+            on_event(event);
+        }
+    };
+    let (ended, ()) = tokio::join!(run, collect);
+    ended.into_result(state)
+}
+
+/// Starts one rollout on its own task within the request's bounds (the
+/// streamed routes): its events, and its end (an engine task that panicked
+/// is an `engine_error`). Dropping the receiver stops the rollout at once.
+pub(super) fn spawn_rollout(
+    state: &Arc<AppState>,
+    started: Instant,
+    ctx: RolloutContext,
+    request: RolloutRequest,
+) -> (
+    mpsc::Receiver<RolloutEvent>,
+    impl Future<Output = Result<RolloutOutcome, ApiError>>,
+) {
+    let (tx, rx) = mpsc::channel(64);
+    let task = {
+        let state = Arc::clone(state);
+        tokio::spawn(
+            async move { bounded(&state, started, rollout::run(&ctx, &request, &tx)).await },
+        )
+    };
+    let state = Arc::clone(state);
+    let ended = async move {
+        match task.await {
+            Ok(ended) => ended.into_result(&state),
+            Err(e) => {
+                tracing::error!(error = %e, "rollout task failed");
+                Err(ApiError::new(
+                    ErrorCode::EngineFailure,
+                    "the rollout failed; see the server log",
+                ))
+            }
+        }
+    };
+    (rx, ended)
+}
+
 /// How a bounded rollout ended.
-pub(super) enum Ended {
+enum Ended {
     Done(Result<RolloutOutcome, RolloutError>),
     /// The per-request deadline passed.
     Timeout,
@@ -201,7 +239,7 @@ pub(super) enum Ended {
 
 impl Ended {
     /// The outcome, or the error to send.
-    pub(super) fn into_result(self, state: &AppState) -> Result<RolloutOutcome, ApiError> {
+    fn into_result(self, state: &AppState) -> Result<RolloutOutcome, ApiError> {
         match self {
             Ended::Done(r) => r.map_err(ApiError::from),
             Ended::Timeout => {
@@ -230,7 +268,7 @@ fn shutting_down() -> ApiError {
 /// Runs `rollout` until it ends, the request's deadline (from `started`)
 /// passes, or the server's shutdown grace period ends; the rollout is dropped
 /// (and so cancelled) in the last two cases.
-pub(super) async fn bounded(
+async fn bounded(
     state: &AppState,
     started: Instant,
     rollout: impl Future<Output = Result<RolloutOutcome, RolloutError>>,

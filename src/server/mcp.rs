@@ -29,15 +29,13 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{schemars, tool, tool_handler, tool_router, ServerHandler};
 use serde::{Deserialize, Serialize};
-use tokio::sync::mpsc;
 
-use super::chat::{bounded, context};
+use super::chat::{context, run_collecting};
 use super::citations::{self, document_url, UrlCitation};
 use super::error::{ApiError, ErrorCode};
 use super::openai::{ChatCompletionRequest, ChatMessage, MessageContent, MessageRole};
 use super::validate::{validate, MAX_TOP_K};
 use super::AppState;
-use crate::rollout;
 
 /// Queries one `search` call may carry (as `/retrieve`).
 pub const MAX_QUERIES: usize = super::retrieve::MAX_QUERIES;
@@ -353,15 +351,9 @@ impl Tools {
         };
         let validated = validate(state, chat).map_err(explain)?;
         let ctx = context(state, &validated).map_err(explain)?;
-        let (tx, mut rx) = mpsc::channel(64);
-        let run = async {
-            let ended = bounded(state, started, rollout::run(&ctx, &validated.rollout, &tx)).await;
-            drop(tx);
-            ended
-        };
-        let drain = async { while rx.recv().await.is_some() {} };
-        let (ended, ()) = tokio::join!(run, drain);
-        let outcome = ended.into_result(state).map_err(explain)?;
+        let outcome = run_collecting(state, started, &ctx, &validated.rollout, |_| {})
+            .await
+            .map_err(explain)?;
         Ok(Json(ResearchOutput {
             citations: citations::annotate(&outcome),
             answer: outcome.answer.clone(),

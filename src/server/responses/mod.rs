@@ -23,9 +23,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use tokio::sync::mpsc;
 
-use super::chat::{bounded, context};
+use super::chat::{context, run_collecting, spawn_rollout};
 use super::error::{ApiError, ErrorBody};
 use super::json::{ApiJson, RequestBody};
 use super::observe::Observer;
@@ -36,7 +35,6 @@ use super::openai::{
 use super::render::ResponseMeta;
 use super::validate::validate;
 use super::AppState;
-use crate::rollout;
 use render::{ResponseWriter, StreamEvent};
 use types::{ResponseObject, ResponseStreamEvent, ResponsesRequest};
 
@@ -134,24 +132,15 @@ pub(crate) async fn create_response(
     meta.id = format!("resp_{}", uuid::Uuid::new_v4().simple());
     let created = echo.object(&meta);
     let mut writer = ResponseWriter::new(created, meta, include_sources);
-    let request = validated.rollout;
-    let (tx, mut rx) = mpsc::channel(64);
     let mut observer = Observer::new(Arc::clone(&state.metrics), started);
 
     if !validated.stream {
-        let run = async {
-            let ended = bounded(&state, started, rollout::run(&ctx, &request, &tx)).await;
-            drop(tx);
-            ended
-        };
-        let collect = async {
-            while let Some(event) = rx.recv().await {
-                observer.on_event(&event);
-                writer.event(event);
-            }
-        };
-        let (ended, ()) = tokio::join!(run, collect);
-        return match ended.into_result(&state) {
+        let ended = run_collecting(&state, started, &ctx, &validated.rollout, |event| {
+            observer.on_event(&event);
+            writer.event(event);
+        })
+        .await;
+        return match ended {
             Ok(outcome) => {
                 observer.finish(&outcome);
                 writer.finish(&outcome);
@@ -165,12 +154,7 @@ pub(crate) async fn create_response(
     }
 
     // The rollout stops at once when this stream (and so `rx`) is dropped.
-    let task = {
-        let state = Arc::clone(&state);
-        tokio::spawn(
-            async move { bounded(&state, started, rollout::run(&ctx, &request, &tx)).await },
-        )
-    };
+    let (mut rx, ended) = spawn_rollout(&state, started, ctx, validated.rollout);
     let events = async_stream::stream! {
         for e in writer.start() {
             yield Ok::<_, Infallible>(sse(&e));
@@ -181,23 +165,14 @@ pub(crate) async fn create_response(
                 yield Ok(sse(&e));
             }
         }
-        let last = match task.await.map(|ended| ended.into_result(&state)) {
-            Ok(Ok(outcome)) => {
+        let last = match ended.await {
+            Ok(outcome) => {
                 observer.finish(&outcome);
                 writer.finish(&outcome)
             }
-            Ok(Err(e)) => {
-                observer.fail();
-                writer.fail(&e)
-            }
             Err(e) => {
                 observer.fail();
-                tracing::error!(error = %e, "rollout task failed");
-                let err = ApiError::new(
-                    super::error::ErrorCode::EngineFailure,
-                    "the rollout failed; see the server log",
-                );
-                writer.fail(&err)
+                writer.fail(&e)
             }
         };
         for e in last {

@@ -392,31 +392,27 @@ impl ResponseWriter {
                 reason: "max_output_tokens".into(),
             });
         }
+        let status = if complete { "completed" } else { "incomplete" };
         if outcome.finish_reason == FinishReason::ToolCalls {
+            // The client's calls end the output: no message.
             self.close(&mut out, &[], "completed");
             for call in &outcome.tool_calls {
                 self.function_call(&mut out, call);
             }
-            self.response.status = "completed".into();
-            self.response.usage = Some(usage(outcome));
-            self.response.seeker = Some(self.meta.seeker_info(outcome));
-            let data = self.snapshot();
-            out.push(self.emit("response.completed", data));
-            return out;
+        } else {
+            if !matches!(self.open, Some(Open::Message { .. })) {
+                self.close(&mut out, &[], "completed");
+                self.open_message(&mut out);
+            }
+            let annotations: Vec<Annotation> = citations::annotate(outcome)
+                .into_iter()
+                .map(|citation| Annotation {
+                    kind: "url_citation".into(),
+                    citation,
+                })
+                .collect();
+            self.close(&mut out, &annotations, status);
         }
-        if !matches!(self.open, Some(Open::Message { .. })) {
-            self.close(&mut out, &[], "completed");
-            self.open_message(&mut out);
-        }
-        let annotations: Vec<Annotation> = citations::annotate(outcome)
-            .into_iter()
-            .map(|citation| Annotation {
-                kind: "url_citation".into(),
-                citation,
-            })
-            .collect();
-        let status = if complete { "completed" } else { "incomplete" };
-        self.close(&mut out, &annotations, status);
         self.response.status = status.into();
         self.response.usage = Some(usage(outcome));
         self.response.seeker = Some(self.meta.seeker_info(outcome));
