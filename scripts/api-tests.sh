@@ -59,17 +59,28 @@ cargo build --locked -q --bin seeker --example api_server
 BUILT=${CARGO_TARGET_DIR:-target}/debug
 SEEKER_BIN=$BUILT/seeker scripts/fetch-defaults.sh
 KEY="sk-api-test-$RANDOM"
+
+# announced LOG PID SECONDS: the address a server started with `--port 0`
+# prints (`seeker listening on URL`), waiting up to SECONDS; exits with the
+# log if the server dies or says nothing.
+announced() {
+    local log=$1 pid=$2 tries=$(($3 * 10))
+    for _ in $(seq 1 "$tries"); do
+        grep -q "listening on" "$log" && break
+        kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
+        sleep 0.1
+    done
+    local url
+    url=$(sed -n 's/^seeker listening on //p' "$log")
+    [ -n "$url" ] || { echo "the server did not start:" >&2; cat "$log" >&2; exit 1; }
+    echo "$url"
+}
+
 LOG=$(mktemp)
 "$BUILT/examples/api_server" --port 0 --api-key "$KEY" >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; rm -f "$LOG"' EXIT
-for _ in $(seq 1 100); do
-    grep -q "listening on" "$LOG" && break
-    kill -0 $SERVER 2>/dev/null || { cat "$LOG"; exit 1; }
-    sleep 0.1
-done
-URL=$(sed -n 's/^seeker listening on //p' "$LOG")
-[ -n "$URL" ] || { echo "the API test server did not start:"; cat "$LOG"; exit 1; }
+URL=$(announced "$LOG" $SERVER 10)
 echo "API test server at $URL"
 
 SEEKER_URL="$URL" SEEKER_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests/python \
@@ -89,13 +100,7 @@ REAL_LOG=$(mktemp)
 SEEKER_API_KEYS="$KEY" "$BUILT/seeker" serve --host 127.0.0.1 --port 0 >"$REAL_LOG" 2>&1 &
 REAL=$!
 trap 'kill $REAL 2>/dev/null || true; rm -f "$LOG" "$REAL_LOG"' EXIT
-for _ in $(seq 1 600); do
-    grep -q "listening on" "$REAL_LOG" && break
-    kill -0 $REAL 2>/dev/null || { cat "$REAL_LOG"; exit 1; }
-    sleep 0.5
-done
-REAL_URL=$(sed -n 's/^seeker listening on //p' "$REAL_LOG")
-[ -n "$REAL_URL" ] || { echo "the real server did not start:"; cat "$REAL_LOG"; exit 1; }
+REAL_URL=$(announced "$REAL_LOG" $REAL 300)
 "$PY" - "$REAL_URL" <<'PY'
 import sys, time, urllib.request, urllib.error
 deadline = time.time() + 300
