@@ -63,6 +63,13 @@ pub struct ServerConfig {
     /// requests (so this is also the idle timeout). The connection is closed
     /// after it. 0 = none.
     pub header_timeout_s: u64,
+    /// Connections open at once (HTTP/1.1 and HTTP/2 alike; default 1,024).
+    /// At the cap the server stops accepting: new connections wait in the
+    /// kernel's listen backlog until one closes (idle ones close after
+    /// `header_timeout_s`). Each open connection holds one file descriptor,
+    /// so keep it below the process's descriptor limit (`ulimit -n`). 0 = no
+    /// cap (the descriptor limit is then the cap).
+    pub max_connections: usize,
     /// Seconds open streams may keep running after SIGTERM/SIGINT before they
     /// are ended with a `server_shutting_down` error; new connections are
     /// refused at once.
@@ -73,6 +80,11 @@ pub struct ServerConfig {
     /// clients use when the server is reached from elsewhere; `["*"]`
     /// allows any host.
     pub mcp_allowed_hosts: Vec<String>,
+    /// Send `Content-Security-Policy`, `X-Content-Type-Options: nosniff`,
+    /// `X-Frame-Options: DENY` and `Referrer-Policy: no-referrer` on every
+    /// response (default true; the policies are in `server::headers`). Turn
+    /// off behind a proxy that sets its own.
+    pub security_headers: bool,
 }
 
 impl Default for ServerConfig {
@@ -88,8 +100,10 @@ impl Default for ServerConfig {
             request_timeout_s: 600,
             body_timeout_s: 30,
             header_timeout_s: 30,
+            max_connections: 1024,
             shutdown_grace_s: 30,
             mcp_allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            security_headers: true,
         }
     }
 }

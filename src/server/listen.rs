@@ -22,6 +22,9 @@ const AFTER_GRACE: Duration = Duration::from_secs(1);
 /// latest a second after that (a client that sent half its headers or body
 /// is not waited for).
 ///
+/// At most `server.max_connections` connections are open at once; at the
+/// cap the loop stops accepting until one closes.
+///
 /// Each connection (HTTP/1.1, or HTTP/2 with prior knowledge) gets
 /// `server.header_timeout_s` to send a request's headers, on a new
 /// connection and between requests on a kept-alive one: a client that
@@ -48,12 +51,43 @@ pub async fn run(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout);
+    // HTTP/2 limits, stated rather than inherited: streams per connection,
+    // and the rapid-reset guard (CVE-2023-44487): a client that resets more
+    // than this many streams before they are served gets a GOAWAY
+    // (ENHANCE_YOUR_CALM) and loses the connection.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_STREAMS)
+        .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS);
+    // One permit per open connection (`server.max_connections`).
+    let connection_slots = state
+        .ops
+        .max_connections
+        .map(|cap| Arc::new(tokio::sync::Semaphore::new(cap)));
     let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
     let ending = Arc::clone(&state);
     let router = app(state);
     let connections = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        // At the cap, wait for a connection to close before accepting: the
+        // next clients wait in the listen backlog, not in memory.
+        let permit = match &connection_slots {
+            None => None,
+            Some(slots) => {
+                let slots = Arc::clone(slots);
+                if slots.available_permits() == 0 {
+                    tracing::warn!(
+                        "server.max_connections reached: new connections wait until one closes"
+                    );
+                }
+                tokio::select! {
+                    permit = slots.acquire_owned() => Some(permit.expect("never closed")),
+                    () = &mut shutdown => break,
+                }
+            }
+        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
@@ -74,6 +108,8 @@ pub async fn run(
         let (builder, router, mut stopping) =
             (builder.clone(), router.clone(), stopping_rx.clone());
         tokio::spawn(async move {
+            // Held until the connection ends.
+            let _permit = permit;
             // hyper-util reads the first bytes to tell HTTP/1 from HTTP/2
             // before hyper's header timer starts: a connection that sends
             // nothing would wait there for good, so its first line gets the
@@ -128,6 +164,17 @@ pub async fn run(
     }
     Ok(())
 }
+
+/// Streams one HTTP/2 connection may have open at once (hyper's default is
+/// 200); more wait for one to end. `server.max_concurrent_requests` still
+/// bounds the chat and `/retrieve` requests of all connections together.
+const H2_MAX_STREAMS: u32 = 100;
+
+/// Streams an HTTP/2 client may reset before the server served them (hyper's
+/// default) before the connection is closed with `ENHANCE_YOUR_CALM`: the HTTP/2 rapid-reset attack (CVE-2023-44487) opens
+/// and cancels streams in a loop to make the server start work it never
+/// finishes.
+const H2_MAX_PENDING_RESETS: usize = 20;
 
 /// Longest request line (`GET /path?query HTTP/1.1`) answered with a JSON
 /// error: a longer first line gets a `uri_too_long` 414 in the API's error

@@ -15,13 +15,15 @@
 //! from `static/`). Anything else is a JSON 404/405.
 //!
 //! Every response carries `x-request-id` (the client's, or a new UUID), which
-//! also tags the request's log lines. Middleware ([`ops`]) checks API keys,
+//! also tags the request's log lines, and (unless `server.security_headers`
+//! is off) the security headers of [`headers`]. Middleware ([`ops`]) checks API keys,
 //! limits concurrent chat/`/retrieve` requests, and counts requests per route.
 
 pub mod api_doc;
 pub(crate) mod chat;
 pub mod citations;
 pub mod error;
+pub(crate) mod headers;
 pub(crate) mod json;
 pub(crate) mod listen;
 pub(crate) mod mcp;
@@ -131,6 +133,12 @@ pub fn app(state: Arc<AppState>) -> Router {
     let router = match cors(&state.cors_origins) {
         Some(cors) => router.layer(cors),
         None => router,
+    };
+    // Outside CORS, so preflight answers carry them too.
+    let router = if state.security_headers {
+        router.layer(middleware::from_fn(headers::secure))
+    } else {
+        router
     };
     router
         // Layers run bottom-up: the id is set first, logged by the trace span,

@@ -48,6 +48,8 @@ pub struct Ops {
     /// Time to send a request's headers (and idle time of a kept-alive
     /// connection); applied by [`super::run`].
     pub header_timeout: Option<Duration>,
+    /// Connections open at once; `None` = no cap. Applied by [`super::run`].
+    pub max_connections: Option<usize>,
     /// `true` once running requests must end (after the shutdown grace period).
     shutdown: watch::Sender<bool>,
 }
@@ -66,6 +68,7 @@ impl Ops {
                 .then(|| Duration::from_secs(config.body_timeout_s)),
             header_timeout: (config.header_timeout_s > 0)
                 .then(|| Duration::from_secs(config.header_timeout_s)),
+            max_connections: (config.max_connections > 0).then_some(config.max_connections),
             shutdown: watch::channel(false).0,
         }
     }

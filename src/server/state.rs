@@ -38,6 +38,8 @@ pub struct AppState {
     pub(crate) tools_policy: Option<String>,
     /// Host names `/mcp` answers to (`server.mcp_allowed_hosts`).
     pub(crate) mcp_allowed_hosts: Vec<String>,
+    /// Whether responses carry the security headers (`server.security_headers`).
+    pub(crate) security_headers: bool,
     started: u64,
 }
 
@@ -64,6 +66,7 @@ impl AppState {
             ops: ops::Ops::default(),
             cors_origins: Vec::new(),
             mcp_allowed_hosts: crate::config::ServerConfig::default().mcp_allowed_hosts,
+            security_headers: true,
             tools_policy: Some(crate::config::PolicyConfig::default().tools)
                 .filter(|name| profiles.contains_key(name)),
             search,
@@ -80,7 +83,7 @@ impl AppState {
         }
     }
 
-    /// With the `[server]` settings (keys, limits, deadline, CORS) instead of
+    /// With the `[server]` settings (keys, limits, deadline, CORS, headers) instead of
     /// the defaults; `keys` are the accepted API keys.
     pub fn with_server_config(
         mut self,
@@ -89,6 +92,7 @@ impl AppState {
     ) -> Self {
         self.ops = ops::Ops::new(config, keys);
         self.cors_origins = config.cors_origins.clone();
+        self.security_headers = config.security_headers;
         self.mcp_allowed_hosts = config
             .mcp_allowed_hosts
             .iter()

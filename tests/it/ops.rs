@@ -278,6 +278,162 @@ async fn cors_is_off_by_default_and_allows_only_configured_origins() {
     assert!(r.headers().get("access-control-allow-origin").is_none());
 }
 
+/// The security headers of issue 28 on every kind of response (the UI, Swagger
+/// UI, JSON, Prometheus text, errors, a refused key, a CORS preflight), and none
+/// with `security_headers = false`. That the policies let the UI and Swagger UI
+/// work is checked in a browser (tests/python/test_web_ui.py).
+#[tokio::test]
+async fn every_response_carries_security_headers_unless_turned_off() {
+    let client = reqwest::Client::new();
+    let on = Server::start(
+        ScriptedEngine::new(script()),
+        mona_lisa(),
+        ServerConfig {
+            cors_origins: vec!["https://ui.example".into()],
+            ..ServerConfig::default()
+        },
+        &["k1"],
+        Duration::from_secs(5),
+    )
+    .await;
+    let get = |path: &str| {
+        client
+            .get(format!("{}{path}", on.url))
+            .bearer_auth("k1")
+            .send()
+    };
+    let mut responses = Vec::new();
+    for path in [
+        "/",
+        "/docs/",
+        "/docs/swagger-ui.css",
+        "/openapi.json",
+        "/metrics",
+        "/v1/models",
+        "/health",
+        "/no/such/route",
+    ] {
+        let r = get(path).await.unwrap();
+        responses.push((path.to_string(), r.status(), r.headers().clone()));
+    }
+    let r = client
+        .get(format!("{}/v1/models", on.url))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    responses.push((
+        "/v1/models (bad key)".into(),
+        r.status(),
+        r.headers().clone(),
+    ));
+    let r = client
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/v1/chat/completions", on.url),
+        )
+        .header("origin", "https://ui.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    responses.push(("preflight".into(), r.status(), r.headers().clone()));
+
+    for (path, status, headers) in &responses {
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .unwrap_or_else(|| panic!("{path} ({status}) has no {name}"))
+                .to_str()
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(header("x-content-type-options"), "nosniff", "{path}");
+        assert_eq!(header("x-frame-options"), "DENY", "{path}");
+        assert_eq!(header("referrer-policy"), "no-referrer", "{path}");
+        let csp = header("content-security-policy");
+        assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp}");
+        match path.as_str() {
+            "/" => {
+                // Only hashed inline code, only its own origin.
+                assert!(csp.contains("default-src 'none'"), "{csp}");
+                assert!(csp.contains("script-src 'sha256-"), "{csp}");
+                assert!(csp.contains("style-src 'sha256-"), "{csp}");
+                assert!(csp.contains("connect-src 'self'"), "{csp}");
+                assert!(!csp.contains("unsafe"), "{csp}");
+            }
+            p if p.starts_with("/docs/") => {
+                assert!(csp.contains("script-src 'self'"), "{csp}");
+                assert!(!csp.contains("unsafe-eval"), "{csp}");
+            }
+            _ => assert_eq!(csp, "default-src 'none'; frame-ancestors 'none'", "{path}"),
+        }
+    }
+    assert_eq!(responses[0].1, 200);
+    assert_eq!(responses[1].1, 200);
+
+    let off = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            security_headers: false,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    for path in ["/", "/docs/", "/v1/models"] {
+        let r = client
+            .get(format!("{}{path}", off.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        for name in [
+            "content-security-policy",
+            "x-content-type-options",
+            "x-frame-options",
+            "referrer-policy",
+        ] {
+            assert!(r.headers().get(name).is_none(), "{path}: {name}");
+        }
+    }
+}
+
+/// `server.max_connections`: at the cap, a new connection is not served
+/// until an open one closes; then it is, without the client doing anything.
+#[tokio::test]
+async fn connections_beyond_the_cap_wait_for_one_to_close() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            max_connections: 2,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let address = server.url.strip_prefix("http://").unwrap().to_string();
+    // Two connections that send nothing hold both places (for up to
+    // header_timeout_s, 30 s).
+    let idle = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let _idle2 = tokio::net::TcpStream::connect(&address).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut third = tokio::net::TcpStream::connect(&address).await.unwrap();
+    third
+        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let waiting = tokio::time::timeout(
+        Duration::from_millis(500),
+        read_until(&mut third, "\r\n\r\n"),
+    )
+    .await;
+    assert!(waiting.is_err(), "served beyond the cap: {waiting:?}");
+    drop(idle);
+    let answer = read_until(&mut third, "\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
+}
+
 #[tokio::test]
 async fn bodies_over_the_limit_and_non_json_bodies_are_refused() {
     let server = Server::simple(

@@ -401,3 +401,220 @@ async fn index_and_eval_stop_on_a_signal() {
         assert!(!status.success(), "eval, SIG{name}: {status}");
     }
 }
+
+/// SIGTERM while eight streams are in the middle of their answers (issue 28):
+/// every client gets either its finished answer or a `server_shutting_down`
+/// error event, then `[DONE]`; no stream is cut inside an event; the server
+/// exits with status 0 within its grace period (1 s here) and a bounded
+/// remainder. Real binary, small model, eight sequences at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_answer_ends_every_stream_cleanly() {
+    use futures::StreamExt;
+    const STREAMS: usize = 8;
+    const GRACE: Duration = Duration::from_secs(1);
+    let mut server = start_server_with(
+        shared_index(),
+        &[
+            ("SEEKER_MODEL__WEIGHTS", "as_is"),
+            ("SEEKER_MODEL__MAX_NUM_SEQS", "8"),
+            ("SEEKER_SERVER__SHUTDOWN_GRACE_S", "1"),
+        ],
+    );
+    let client = fresh_connections();
+    poll_until_loaded(&client, &server.base, "mid-answer").await;
+
+    // Each stream, read on its own task: the raw bytes, and a signal once its
+    // first answer text has arrived.
+    let (seen_tx, mut seen_rx) = tokio::sync::mpsc::channel::<usize>(STREAMS);
+    let mut readers = Vec::new();
+    for i in 0..STREAMS {
+        let response = reqwest::Client::new()
+            .post(format!("{}/v1/chat/completions", server.base))
+            .json(&json!({
+                // search-r1 streams the policy's text as it is generated.
+                "stream": true, "max_tokens": 400, "policy": "search-r1",
+                "messages": [{"role": "user",
+                    "content": format!("Write a long story about a lighthouse keeper named Ann {i}.")}]
+            }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let seen = seen_tx.clone();
+        readers.push(tokio::spawn(async move {
+            let mut body = Vec::new();
+            let mut told = false;
+            let mut chunks = response.bytes_stream();
+            while let Some(chunk) = chunks.next().await {
+                let Ok(chunk) = chunk else { break };
+                body.extend_from_slice(&chunk);
+                // Several pieces of generated text (the policy's reasoning
+                // or its answer) have arrived.
+                let text = String::from_utf8_lossy(&body);
+                let pieces = text.matches("\"reasoning_content\":\"").count()
+                    + text.matches("\"content\":\"").count();
+                if !told && pieces >= 6 {
+                    told = true;
+                    let _ = seen.send(i).await;
+                }
+            }
+            String::from_utf8(body).unwrap()
+        }));
+    }
+    drop(seen_tx);
+    // Every stream is generating (or the wait ends after 120 s).
+    let mut answering = 0;
+    let wait = tokio::time::timeout(Duration::from_secs(120), async {
+        while answering < STREAMS && seen_rx.recv().await.is_some() {
+            answering += 1;
+        }
+    })
+    .await;
+    assert!(
+        wait.is_ok() && answering == STREAMS,
+        "only {answering} of {STREAMS} streams were generating"
+    );
+    signal(&server.child, "TERM");
+    let (status, took) = exit_within(&mut server.child, GRACE + STOP)
+        .await
+        .expect("SIGTERM mid-answer: the server did not exit");
+    assert!(status.success(), "mid-answer: {status}");
+    assert!(took < GRACE + STOP, "{took:?}");
+
+    let mut cut_short = 0;
+    for reader in readers {
+        let body = reader.await.unwrap();
+        assert!(
+            body.ends_with("data: [DONE]\n\n"),
+            "no [DONE]: …{}",
+            tail(&body)
+        );
+        // Events, SSE comments (keep-alives, `:`) aside.
+        let events: Vec<&str> = body
+            .trim_end()
+            .split("\n\n")
+            .filter(|event| !event.starts_with(':'))
+            .collect();
+        for event in &events {
+            assert!(event.starts_with("data: "), "a cut event: {event:?}");
+        }
+        // Every event before [DONE] is whole JSON.
+        let last = events[events.len() - 2]
+            .strip_prefix("data: ")
+            .map(|data| serde_json::from_str::<serde_json::Value>(data).unwrap())
+            .unwrap();
+        for event in &events[..events.len() - 1] {
+            let data = event.strip_prefix("data: ").unwrap();
+            serde_json::from_str::<serde_json::Value>(data)
+                .unwrap_or_else(|e| panic!("{e}: {data}"));
+        }
+        if last.get("error").is_some() {
+            assert_eq!(last["error"]["code"], "server_shutting_down", "{last}");
+            cut_short += 1;
+        } else {
+            assert!(
+                last["choices"][0]["finish_reason"].is_string(),
+                "neither finished nor ended with an error: {last}"
+            );
+        }
+    }
+    // 400 tokens take the small model longer than the 1 s grace.
+    assert!(
+        cut_short > 0,
+        "every stream finished: nothing was cut by the shutdown"
+    );
+}
+
+fn tail(text: &str) -> &str {
+    let start = text.len().saturating_sub(300);
+    let start = (start..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    &text[start..]
+}
+
+/// Resident memory of process `pid`, KiB (`VmRSS` of `/proc/PID/status`).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+/// The HTTP/2 rapid-reset attack (CVE-2023-44487) against the real binary:
+/// clients open streams and cancel them at once, in a loop, on 20
+/// connections (10,000 streams each unless the server closes the connection
+/// first). A normal request on another connection is answered within 5 s
+/// during the flood and after it; the server's memory grows by less than
+/// 64 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_rapid_reset_leaves_the_server_responsive_and_its_memory_bounded() {
+    const CONNECTIONS: usize = 20;
+    /// Streams a connection may open before the test calls the flood unstopped.
+    const MAX_STREAMS: usize = 10_000;
+    let server = start_server_with(shared_index(), &[("SEEKER_MODEL__WEIGHTS", "as_is")]);
+    let client = fresh_connections();
+    poll_until_loaded(&client, &server.base, "rapid reset").await;
+    let address = server.base.strip_prefix("http://").unwrap().to_string();
+    let before = rss_kib(server.child.id());
+
+    let flood = |address: String, base: String| async move {
+        let tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
+        let connection = tokio::spawn(connection);
+        let mut opened = 0;
+        while opened < MAX_STREAMS {
+            h2 = match h2.ready().await {
+                Ok(h2) => h2,
+                Err(_) => break,
+            };
+            let request = http::Request::get(format!("{base}/health"))
+                .body(())
+                .unwrap();
+            let Ok((_response, mut stream)) = h2.send_request(request, false) else {
+                break;
+            };
+            stream.send_reset(h2::Reason::CANCEL);
+            opened += 1;
+        }
+        let ended = tokio::time::timeout(Duration::from_secs(10), connection)
+            .await
+            .expect("the connection stays open after the flood")
+            .unwrap();
+        (opened, ended.err().and_then(|e| e.reason()))
+    };
+    let mut floods = Vec::new();
+    for _ in 0..CONNECTIONS {
+        floods.push(tokio::spawn(flood(address.clone(), server.base.clone())));
+    }
+    // Answered during the flood, on a connection of its own.
+    assert_eq!(
+        get(&client, &server.base, "/health", "during the flood").await,
+        200
+    );
+    let mut streams = 0;
+    for flood in floods {
+        let (opened, reason) = flood.await.unwrap();
+        // hyper closes a connection with ENHANCE_YOUR_CALM when more than 20
+        // streams are reset before it accepted them; it accepts each stream as
+        // its HEADERS arrive, so this client's resets reach accepted streams
+        // and are served as cancellations. Either way nothing else may happen.
+        assert!(
+            reason.is_none() || reason == Some(h2::Reason::ENHANCE_YOUR_CALM),
+            "{reason:?}"
+        );
+        streams += opened;
+    }
+    assert!(
+        streams >= CONNECTIONS * 100,
+        "the flood opened only {streams} streams"
+    );
+    assert_eq!(
+        get(&client, &server.base, "/health", "after the flood").await,
+        200
+    );
+    let grown = rss_kib(server.child.id()).saturating_sub(before);
+    assert!(grown < 64 * 1024, "RSS grew by {grown} KiB");
+}

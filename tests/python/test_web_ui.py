@@ -318,6 +318,58 @@ def test_the_page_loads_without_console_errors():
         assert not errors
 
 
+def csp_violations(driver):
+    """The browser's console messages about a Content Security Policy violation."""
+    return [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e["message"]]
+
+
+def test_the_ui_works_under_its_content_security_policy():
+    # The headers a browser gets with the page (server.security_headers, on by default).
+    with urllib.request.urlopen(f"{URL}/") as r:
+        csp = r.headers["Content-Security-Policy"]
+        assert r.headers["X-Frame-Options"] == "DENY"
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+        assert r.headers["Referrer-Policy"] == "no-referrer"
+    assert "frame-ancestors 'none'" in csp and "'unsafe-inline'" not in csp, csp
+    with chromium() as driver:
+        driver.get(f"{URL}/health")
+        driver.execute_script("localStorage.setItem('seeker-key', arguments[0])", KEY)
+        driver.get(f"{URL}/")
+        wait(driver).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#policy option")) > 1)
+        # A whole rollout: streaming, document cards, citation links, source chips.
+        ask(driver, "Who painted the Mona Lisa? Cite your sources.")
+        assert finished(driver) == "done"
+        assert driver.find_element(By.CSS_SELECTOR, "#turn-1 .answer").text == "Leonardo da Vinci [1]"
+        driver.execute_script("window.scrollTo(0, document.body.scrollHeight)")
+        driver.find_element(By.CSS_SELECTOR, "#turn-1 .answer a.cite").click()
+        assert not csp_violations(driver)
+        # The policy is enforced: code the page did not ship is refused, and said so.
+        driver.execute_script("""
+            const s = document.createElement('script');
+            s.textContent = 'window.__injected = true';
+            document.body.append(s);
+        """)
+        assert driver.execute_script("return window.__injected === undefined")
+        assert any("script-src" in m for m in csp_violations(driver))
+
+
+def test_swagger_ui_works_under_its_content_security_policy():
+    with chromium() as driver:
+        driver.get(f"{URL}/docs/")
+        wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".swagger-ui .info .title"))
+        assert "seeker" in driver.find_element(By.CSS_SELECTOR, ".swagger-ui .info .title").text.lower()
+        # Open one operation and run it ("Try it out" calls the server from the page).
+        wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, "#operations-openai-models"))
+        driver.find_element(By.CSS_SELECTOR, "#operations-openai-models .opblock-summary").click()
+        wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".try-out__btn")).__getitem__(0).click()
+        wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".execute")).__getitem__(0).click()
+        # Keys are required: the server's 401 comes back into the page.
+        wait(driver).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".live-responses-table tbody .response-col_status"))
+        status = driver.find_element(By.CSS_SELECTOR, ".live-responses-table tbody .response-col_status").text
+        assert "401" in status, status
+        assert not csp_violations(driver)
+
+
 def test_document_markup_is_shown_as_text_and_runs_nothing(page):
     settings(page, backend="fixture")
     ask(page, "Who painted the Mona Lisa?")
@@ -346,11 +398,15 @@ def test_document_markup_is_shown_as_text_and_runs_nothing(page):
     metas = texts(page, "#turn-1 .doc-meta")
     assert "URL not linked (not http or https): javascript:window.__seekerXss = 'url'" in metas[1]
 
-    # Control: the same text given to innerHTML does run, so the checks above can fail.
+    # Control: the same text given to innerHTML is parsed, so the count above can
+    # fail; its handler does not run either, because the page's
+    # Content-Security-Policy refuses inline handlers (and says so).
     page.execute_script(
-        "const d = document.createElement('div'); document.body.append(d); d.innerHTML = arguments[0]",
+        "const d = document.createElement('div'); $('conversation').append(d); d.innerHTML = arguments[0]",
         snippets[0])
-    wait(page).until(lambda d: d.execute_script("return window.__seekerXss") == "img")
+    assert page.execute_script("return document.querySelectorAll('#conversation img').length") == 1
+    wait(page).until(lambda d: any("inline event handler" in m for m in csp_violations(d)))
+    assert page.execute_script("return window.__seekerXss") is None
 
 
 def test_failures_and_empty_results_are_shown_as_such(page):
