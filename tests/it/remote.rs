@@ -424,7 +424,7 @@ async fn a_client_leaving_stops_the_remote_generation() {
 }
 
 /// What an in-test server does with `/v1/completions`.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Fault {
     /// 500 with an error body.
     Error,
@@ -490,8 +490,10 @@ async fn failing_servers_give_an_engine_error_or_fail_over() {
         assert_eq!(body["error"]["code"], "engine_error", "{body}");
         assert!(!body.to_string().contains("/srv/internal"), "{body}");
         assert!(started.elapsed() < Duration::from_secs(5));
-        // The only replica is marked down (1 s): /health says so, then the
-        // replica is due for another try and /health is 200 again.
+        // The only replica is marked down: /health says so, and keeps
+        // saying so after its back-off (1 s), as its readiness probe (a
+        // one-token completion) fails the same way (before issue 28 an
+        // expired back-off counted as up: 200).
         let health = client
             .get(format!("{}/health", server.base))
             .send()
@@ -500,13 +502,13 @@ async fn failing_servers_give_an_engine_error_or_fail_over() {
         assert_eq!(health.status(), 503);
         let body: Value = health.json().await.unwrap();
         assert_eq!(body["error"]["code"], "engine_unavailable");
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
         let health = client
             .get(format!("{}/health", server.base))
             .send()
             .await
             .unwrap();
-        assert_eq!(health.status(), 200);
+        assert_eq!(health.status(), 503, "{fault:?}");
     }
 
     let llama = Llama::start();
@@ -551,4 +553,65 @@ fn a_remote_engine_without_urls_does_not_start() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not an http(s) URL"), "{stderr}");
+}
+
+/// Sends SIGSTOP or SIGCONT to a llama.cpp server.
+fn pause(llama: &Llama, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(llama.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name}");
+}
+
+/// A replica that fails counts as up again only once it can serve (issue
+/// 28): while it is stopped (SIGSTOP), `/health` stays 503 after its time
+/// marked down is over (before, an expired back-off counted as up, so
+/// `/health` said 200 within a second and the next request timed out); once
+/// it runs again (SIGCONT), the background probe finds it ready without a
+/// request, `/health` says 200 and the next request is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_replica_is_up_again_only_once_it_can_serve() {
+    let llama = Llama::with_slots(1);
+    let (server, client, url) = seeker_on(
+        &[&llama.url],
+        &[("SEEKER_MODEL__REMOTE_READ_TIMEOUT_S", "5")],
+    )
+    .await;
+    let health = || async {
+        client
+            .get(format!("{}/health", server.base))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    let ask = json!({"max_tokens": 4, "policy": "search-r1",
+        "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]});
+
+    pause(&llama, "STOP");
+    let failed = client.post(&url).json(&ask).send().await.unwrap();
+    assert!(failed.status().is_server_error(), "{}", failed.status());
+    assert_eq!(health().await, 503, "the replica failed: nothing is up");
+    // Back-offs of 1, 2 and 4 s expire within these 6 s; every probe fails.
+    let stopped = Instant::now();
+    while stopped.elapsed() < Duration::from_secs(6) {
+        assert_eq!(health().await, 503, "a stopped replica counted as up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    pause(&llama, "CONT");
+    let resumed = Instant::now();
+    while health().await != 200 {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(40),
+            "the resumed replica was not found ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let served = client.post(&url).json(&ask).send().await.unwrap();
+    assert_eq!(served.status(), 200, "{}", served.text().await.unwrap());
+    let metrics = metrics_of(&client, &server.base).await;
+    assert!(metrics.contains("seeker_engine_replicas_up 1"), "{metrics}");
 }

@@ -30,7 +30,11 @@
 //! or stays silent past the read timeout is marked down (1 s, doubling to
 //! 30 s) and the round goes on on another replica from the transcript plus
 //! the text already received, so the client sees one uninterrupted stream.
-//! A replica whose time is up gets `GET /health` before it is used again.
+//! A replica marked down counts as up again only once a readiness probe
+//! succeeded (`GET /health`, then a one-token completion: a server that is
+//! still busy with abandoned work, or stopped, fails it); the probe runs
+//! when its time is up, from a background task every
+//! [`PROBE_INTERVAL`] and before a request would use it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,6 +58,11 @@ use crate::metrics::Metrics;
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Deadline of a `/health` probe.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for the one-token completion of a readiness probe (or the
+/// read timeout, when shorter).
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the background task looks for replicas due for a probe.
+const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 /// Error bodies read at most (they go to the log).
 const MAX_ERROR_BODY: usize = 4096;
 
@@ -240,6 +249,7 @@ impl RemoteEngine {
             }
         }
         inner.metrics.engine_replicas_up.set(inner.up_count());
+        tokio::spawn(probe_loop(Arc::downgrade(&inner)));
         Ok(Self { inner })
     }
 
@@ -277,19 +287,41 @@ async fn list_models(
         .unwrap_or_default())
 }
 
+/// Probes every replica whose time marked down is up, every
+/// [`PROBE_INTERVAL`], until the engine is dropped: `/health` and the
+/// replicas-up gauge then follow the replicas without waiting for a request.
+async fn probe_loop(inner: std::sync::Weak<Inner>) {
+    loop {
+        tokio::time::sleep(PROBE_INTERVAL).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let now = Instant::now();
+        let due: Vec<usize> = (0..inner.replicas.len())
+            .filter(|&i| {
+                inner
+                    .replica(i)
+                    .health
+                    .lock()
+                    .expect("health lock")
+                    .down_until
+                    .is_some_and(|t| t <= now)
+            })
+            .collect();
+        futures::future::join_all(due.into_iter().map(|i| inner.usable(i))).await;
+    }
+}
+
 impl Inner {
     fn replica(&self, i: usize) -> &Replica {
         &self.replicas[i]
     }
 
+    /// Replicas not marked down: never failed, or served or passed a
+    /// readiness probe since they last failed. (A replica whose time marked
+    /// down is over is not up until its probe succeeds.)
     fn up_count(&self) -> i64 {
-        let now = Instant::now();
         self.replicas
             .iter()
-            .filter(|r| {
-                let h = r.health.lock().expect("health lock");
-                h.down_until.is_none_or(|t| t <= now)
-            })
+            .filter(|r| r.health.lock().expect("health lock").down_until.is_none())
             .count() as i64
     }
 
@@ -326,7 +358,8 @@ impl Inner {
     }
 
     /// Whether replica `i` may take a request now: not marked down, or its
-    /// time is up and `GET /health` answers 200.
+    /// time is up and it passes [`Inner::ready`] (then it is marked up; a
+    /// failed probe marks it down for longer).
     async fn usable(&self, i: usize) -> bool {
         let down_until = self
             .replica(i)
@@ -337,23 +370,67 @@ impl Inner {
         match down_until {
             None => true,
             Some(t) if Instant::now() < t => false,
-            Some(_) => {
-                let url = format!("{}/health", self.replica(i).url);
-                let ok = self
-                    .client
-                    .get(url)
-                    .timeout(PROBE_TIMEOUT)
-                    .send()
-                    .await
-                    .is_ok_and(|r| r.status().is_success());
-                if ok {
+            Some(_) => match self.ready(i).await {
+                Ok(()) => {
                     self.mark_up(i);
-                } else {
-                    self.mark_down(i, "connection", "health probe failed");
+                    true
                 }
-                ok
-            }
+                Err(why) => {
+                    self.mark_down(i, "connection", &format!("readiness probe failed: {why}"));
+                    false
+                }
+            },
         }
+    }
+
+    /// The readiness probe of replica `i`: `GET /health` answers 2xx within
+    /// [`PROBE_TIMEOUT`], then a one-token greedy completion answers 2xx
+    /// with a JSON body holding `choices` within [`READY_TIMEOUT`] (or the
+    /// read timeout). The second half is
+    /// what tells a server that is up from one that can serve: llama.cpp's
+    /// `/health` says ok while its slots still finish generations whose
+    /// clients left, and a new request waits behind them.
+    async fn ready(&self, i: usize) -> Result<(), String> {
+        let url = &self.replica(i).url;
+        let health = self
+            .client
+            .get(format!("{url}/health"))
+            .timeout(PROBE_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| format!("GET /health: {e}"))?;
+        if !health.status().is_success() {
+            return Err(format!("GET /health: status {}", health.status()));
+        }
+        let mut request = self
+            .client
+            .post(format!("{url}/v1/completions"))
+            .timeout(READY_TIMEOUT.min(self.read_timeout))
+            .json(
+                &json!({"model": self.model, "prompt": "OK", "max_tokens": 1,
+                "temperature": 0.0, "stream": false}),
+            );
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| format!("a one-token completion: {e}"))?;
+        if !response.status().is_success() {
+            return Err(format!(
+                "a one-token completion: status {}",
+                response.status()
+            ));
+        }
+        let body: Value = response
+            .json()
+            .await
+            .map_err(|e| format!("a one-token completion: {e}"))?;
+        if !body["choices"].is_array() {
+            return Err("a one-token completion without `choices`".into());
+        }
+        Ok(())
     }
 
     /// The replica for the next request of `session`, not one of `tried`:
@@ -725,7 +802,8 @@ impl Engine for RemoteEngine {
         &self.inner.special_tokens
     }
 
-    /// False while every replica is marked down and none is due for a probe.
+    /// False while every replica is marked down (until one passes its
+    /// readiness probe).
     fn healthy(&self) -> bool {
         self.inner.up_count() > 0
     }
