@@ -615,3 +615,100 @@ async fn a_stopped_replica_is_up_again_only_once_it_can_serve() {
     let metrics = metrics_of(&client, &server.base).await;
     assert!(metrics.contains("seeker_engine_replicas_up 1"), "{metrics}");
 }
+
+/// An HTTP proxy in front of `upstream` that waits `delay` before it
+/// forwards each `/v1/completions` request (everything else at once): a
+/// replica that works, slowly.
+async fn slow_proxy(upstream: String, delay: Duration) -> String {
+    use axum::body::Body;
+    use axum::extract::Request;
+    use axum::response::Response;
+    let client = reqwest::Client::new();
+    let app = axum::Router::new().fallback(move |request: Request| {
+        let (client, upstream) = (client.clone(), upstream.clone());
+        async move {
+            let (parts, body) = request.into_parts();
+            if parts.uri.path() == "/v1/completions" {
+                tokio::time::sleep(delay).await;
+            }
+            let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            let forwarded = client
+                .request(parts.method, format!("{upstream}{}", parts.uri))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let mut response = Response::builder().status(forwarded.status().as_u16());
+            if let Some(kind) = forwarded.headers().get("content-type") {
+                response = response.header("content-type", kind.as_bytes());
+            }
+            response
+                .body(Body::from_stream(forwarded.bytes_stream()))
+                .unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+/// Completions a replica was sent (`seeker_engine_requests_total`).
+fn requests_to(metrics: &str, replica: &str) -> u64 {
+    let prefix = format!("seeker_engine_requests_total{{replica=\"{replica}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// A slow replica (its first tokens 12 s late behind a proxy, against a
+/// fraction of a second on the other, a second or two on a loaded machine) is tried, then avoided (issue 28): a
+/// rollout whose first round ran on it moves to the fast replica for its
+/// second round, and the rollouts after it go to the fast one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_replica_is_left_for_the_fast_one() {
+    let (behind, fast) = (Llama::with_slots(1), Llama::with_slots(1));
+    let slow = slow_proxy(behind.url.clone(), Duration::from_secs(12)).await;
+    let (server, client, url) = seeker_on(&[&slow, &fast.url], &[]).await;
+    // The rollout goes first (both replicas idle: the first listed, the slow
+    // one, takes it); a short request right after it goes to the other.
+    let rollout = client.post(&url).json(&forced_search(false, 40)).send();
+    let short = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        client
+            .post(&url)
+            .json(&json!({"max_tokens": 4, "policy": "search-r1",
+                "messages": [{"role": "user", "content": "Which river flows through Paris?"}]}))
+            .send()
+            .await
+    };
+    let (rollout, short) = tokio::join!(rollout, short);
+    assert_eq!(short.unwrap().status(), 200);
+    let rollout = rollout.unwrap();
+    assert_eq!(rollout.status(), 200);
+    let body: Value = rollout.json().await.unwrap();
+    let rounds = body["seeker"]["rounds"].as_array().unwrap();
+    assert!(rounds.len() >= 2, "the rollout did not search: {body}");
+    let metrics = metrics_of(&client, &server.base).await;
+    assert_eq!(
+        requests_to(&metrics, &slow),
+        1,
+        "only the first round ran on the slow replica: {metrics}"
+    );
+    // Later rollouts go to the fast replica.
+    for _ in 0..3 {
+        let r = client
+            .post(&url)
+            .json(&json!({"max_tokens": 4, "policy": "search-r1",
+                "messages": [{"role": "user", "content": "Who wrote Hamlet?"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let metrics = metrics_of(&client, &server.base).await;
+    assert_eq!(requests_to(&metrics, &slow), 1, "{metrics}");
+    assert!(requests_to(&metrics, &fast.url) >= 5, "{metrics}");
+}

@@ -24,8 +24,10 @@
 //! fields they do not know.
 //!
 //! Replicas: a rollout stays on the replica that ran its first round (its
-//! prefix is cached there; [`GenerationParams::session`]); a new rollout
-//! goes to the healthy replica with the fewest generations in flight. A
+//! prefix is cached there; [`GenerationParams::session`]) while that replica
+//! is healthy and not slow (time to first token five times the fastest other
+//! replica's); a new rollout goes to the healthy replica with the fewest
+//! generations in flight, slow ones last. A
 //! replica that refuses a connection, answers 5xx/408/429, breaks its stream
 //! or stays silent past the read timeout is marked down (1 s, doubling to
 //! 30 s) and the round goes on on another replica from the transcript plus
@@ -109,7 +111,46 @@ struct Replica {
     /// Generations streaming from it now.
     in_flight: AtomicUsize,
     health: Mutex<Health>,
+    /// Its recent times to first token, for [`Inner::slow`].
+    first_token: Mutex<FirstTokens>,
 }
+
+/// A replica's times to first token over its last [`FIRST_TOKEN_ROUNDS`]
+/// rounds within [`SLOW_MEMORY`] (seconds, with when each was measured).
+#[derive(Default)]
+struct FirstTokens(std::collections::VecDeque<(Instant, f64)>);
+
+impl FirstTokens {
+    fn push(&mut self, seconds: f64) {
+        if self.0.len() == FIRST_TOKEN_ROUNDS {
+            self.0.pop_front();
+        }
+        self.0.push_back((Instant::now(), seconds));
+    }
+
+    /// The recent times (within [`SLOW_MEMORY`]).
+    fn recent(&self) -> impl Iterator<Item = f64> + '_ {
+        self.0
+            .iter()
+            .filter(|(at, _)| at.elapsed() <= SLOW_MEMORY)
+            .map(|&(_, s)| s)
+    }
+}
+
+/// Rounds a replica's times to first token are kept for.
+const FIRST_TOKEN_ROUNDS: usize = 8;
+/// A replica is slow when its mean recent time to first token is this many
+/// times the best recent time of the fastest other replica (and over
+/// [`SLOW_FLOOR`]). The others' best, not their mean: a time to first token
+/// grows with the prompt to prefill, and a healthy replica's best is what it
+/// can do; on a loaded 2-core machine a healthy SmolLM2 server's mean was
+/// 4.9 s while a replica stalled 12 s per request averaged 12.7 s.
+const SLOW_FACTOR: f64 = 5.0;
+/// Times to first token below this are never slow (noise on idle servers).
+const SLOW_FLOOR: Duration = Duration::from_millis(500);
+/// Times to first token count this long; after it a slow replica is tried
+/// again (a new rollout may go to it), so one that recovered is used.
+const SLOW_MEMORY: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 struct Health {
@@ -164,6 +205,7 @@ impl RemoteEngine {
                 url: base.to_string(),
                 in_flight: AtomicUsize::new(0),
                 health: Mutex::new(Health::default()),
+                first_token: Mutex::new(FirstTokens::default()),
             });
         }
         let client = reqwest::Client::builder()
@@ -433,15 +475,67 @@ impl Inner {
         Ok(())
     }
 
+    /// Records a round's time to first token on replica `i`.
+    fn first_token(&self, i: usize, seconds: f64) {
+        self.replica(i)
+            .first_token
+            .lock()
+            .expect("lock")
+            .push(seconds);
+    }
+
+    /// Whether replica `i` is slow: its mean recent time to first token is
+    /// over [`SLOW_FLOOR`] and [`SLOW_FACTOR`] times the best recent time of
+    /// the fastest other replica that is up. A slow replica keeps its
+    /// sessions only while no other can take them, and gets new rollouts
+    /// last.
+    fn slow(&self, i: usize) -> bool {
+        let own: Vec<f64> = self
+            .replica(i)
+            .first_token
+            .lock()
+            .expect("lock")
+            .recent()
+            .collect();
+        if own.is_empty() {
+            return false;
+        }
+        let mean = own.iter().sum::<f64>() / own.len() as f64;
+        if mean < SLOW_FLOOR.as_secs_f64() {
+            return false;
+        }
+        let fastest_other = (0..self.replicas.len())
+            .filter(|&j| j != i)
+            .filter(|&j| {
+                self.replica(j)
+                    .health
+                    .lock()
+                    .expect("health lock")
+                    .down_until
+                    .is_none()
+            })
+            .flat_map(|j| {
+                self.replica(j)
+                    .first_token
+                    .lock()
+                    .expect("lock")
+                    .recent()
+                    .collect::<Vec<_>>()
+            })
+            .fold(f64::INFINITY, f64::min);
+        mean > SLOW_FACTOR * fastest_other
+    }
+
     /// The replica for the next request of `session`, not one of `tried`:
-    /// the session's own replica when it is usable, else the usable one with
-    /// the fewest generations in flight. The pick counts as in flight at once
-    /// (requests that arrive together spread over the replicas); the caller
-    /// gives it back with [`Inner::done`].
+    /// the session's own replica when it is usable and not [slow](Inner::slow),
+    /// else the usable one with the fewest generations in flight, slow ones
+    /// last. The pick counts as in flight at once (requests that arrive
+    /// together spread over the replicas); the caller gives it back with
+    /// [`Inner::done`].
     async fn pick(&self, session: Option<u64>, tried: &[usize]) -> Option<usize> {
         if let Some(session) = session {
             if let Some(i) = self.sessions.get(&session).await {
-                if !tried.contains(&i) && self.usable(i).await {
+                if !tried.contains(&i) && !self.slow(i) && self.usable(i).await {
                     self.replica(i).in_flight.fetch_add(1, Ordering::Relaxed);
                     return Some(i);
                 }
@@ -450,7 +544,13 @@ impl Inner {
         let mut order: Vec<usize> = (0..self.replicas.len())
             .filter(|i| !tried.contains(i))
             .collect();
-        order.sort_by_key(|&i| (self.replica(i).in_flight.load(Ordering::Relaxed), i));
+        order.sort_by_key(|&i| {
+            (
+                self.slow(i),
+                self.replica(i).in_flight.load(Ordering::Relaxed),
+                i,
+            )
+        });
         for i in order {
             if self.usable(i).await {
                 self.replica(i).in_flight.fetch_add(1, Ordering::Relaxed);
@@ -736,10 +836,12 @@ impl Inner {
                 if !chunk.text.is_empty() {
                     if first_text {
                         first_text = false;
+                        let seconds = sent_at.elapsed().as_secs_f64();
                         self.metrics
                             .engine_time_to_first_token
                             .with_label_values(&[replica.url.as_str()])
-                            .observe(sent_at.elapsed().as_secs_f64());
+                            .observe(seconds);
+                        self.first_token(i, seconds);
                     }
                     // Tokens: the server's running count where it gives one.
                     let tokens = match (chunk.generated, generated_base) {
