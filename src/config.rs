@@ -87,6 +87,9 @@ pub struct ServerConfig {
     pub security_headers: bool,
 }
 
+/// Largest `server.max_connections` and `server.max_concurrent_requests`.
+pub const MAX_LIMIT: usize = 1_000_000;
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -586,6 +589,21 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "server.max_body_bytes must be at least 1024".into(),
             ));
+        }
+        // Bounds that keep a typo from becoming a panic (tokio's semaphore
+        // takes at most 2^61 permits) while allowing any real deployment.
+        for (key, value) in [
+            ("max_connections", self.server.max_connections),
+            (
+                "max_concurrent_requests",
+                self.server.max_concurrent_requests,
+            ),
+        ] {
+            if value > MAX_LIMIT {
+                return Err(ConfigError::Invalid(format!(
+                    "server.{key} is {value}; at most {MAX_LIMIT} (0 = no limit)"
+                )));
+            }
         }
         for host in &self.server.mcp_allowed_hosts {
             let bare = host.trim_matches(|c| c == '[' || c == ']');

@@ -57,6 +57,13 @@ pub(crate) const DOCS_POLICY: &str = "default-src 'none'; script-src 'self'; \
 /// The policy of every other response (JSON, Prometheus text, errors).
 pub(crate) const API_POLICY: &str = "default-src 'none'; frame-ancestors 'none'";
 
+/// The headers of an API response as HTTP/1.1 header lines, for the one
+/// response seeker writes itself before hyper parses a request (the 414 of
+/// an over-long request line, `super::listen`).
+pub(crate) const API_HEADER_LINES: &str = "content-security-policy: default-src 'none'; \
+     frame-ancestors 'none'\r\nx-content-type-options: nosniff\r\nx-frame-options: DENY\r\n\
+     referrer-policy: no-referrer\r\n";
+
 fn or_none(sources: String) -> String {
     if sources.is_empty() {
         "'none'".into()

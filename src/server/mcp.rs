@@ -65,10 +65,13 @@ pub(crate) async fn guard(
     request: Request,
     next: Next,
 ) -> Response {
+    // HTTP/1.1 names the host in `Host`; HTTP/2 in `:authority`, which
+    // hyper puts in the URI.
     let host = request
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(|a| a.as_str()))
         .map(host_name)
         .unwrap_or_default();
     let allowed = &state.mcp_allowed_hosts;

@@ -107,8 +107,11 @@ pub fn app(state: Arc<AppState>) -> Router {
                 )),
         )
         .merge(
+            // No validator badge: Swagger UI would load an image from
+            // validator.swagger.io, which the page's CSP (rightly) refuses.
             utoipa_swagger_ui::SwaggerUi::new("/docs")
-                .url("/openapi.json", api_doc::ApiDoc::openapi()),
+                .url("/openapi.json", api_doc::ApiDoc::openapi())
+                .config(utoipa_swagger_ui::Config::from("/openapi.json").validator_url("none")),
         )
         .fallback(|| async {
             ApiError::new(

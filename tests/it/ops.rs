@@ -434,6 +434,85 @@ async fn connections_beyond_the_cap_wait_for_one_to_close() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer:?}");
 }
 
+/// HTTP/2 connections are closed after `header_timeout_s` without a byte
+/// while no request is open — one that sent only its preface, one that
+/// stays after its request — so idle clients cannot hold the places of
+/// `max_connections` (before, they held them for good: a new user's attack,
+/// issue 28); a stream that is slower than the timeout is not cut.
+#[tokio::test]
+async fn idle_http2_connections_are_closed_and_slow_streams_are_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = Server::simple(
+        ScriptedEngine::new(long_reasoning(30))
+            .cycling()
+            .with_delay(Duration::from_millis(1500)),
+        ServerConfig {
+            header_timeout_s: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let address = server.url.strip_prefix("http://").unwrap().to_string();
+
+    // The preface and an empty SETTINGS frame, then nothing.
+    let mut preface_only = tokio::net::TcpStream::connect(&address).await.unwrap();
+    preface_only
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    // A client that made one request and stays.
+    let tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get(format!("{}/health", server.url))
+        .body(())
+        .unwrap();
+    let (response, _) = h2.send_request(request, true).unwrap();
+    assert_eq!(response.await.unwrap().status(), 200);
+
+    let started = Instant::now();
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buffer = [0u8; 1024];
+        while preface_only.read(&mut buffer).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    assert!(closed.is_ok(), "the preface-only connection is still open");
+    tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .expect("the connection that stayed after its request is still open")
+        .unwrap()
+        .ok();
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A streamed answer over HTTP/2 whose pieces come 1.5 s apart (longer
+    // than the timeout, no keep-alive comment before 5 s) ends whole.
+    let tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let mut body = chat(true);
+    body["max_tokens"] = json!(3);
+    let request = http::Request::post(format!("{}/v1/chat/completions", server.url))
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    let (response, mut send) = h2.send_request(request, false).unwrap();
+    send.send_data(serde_json::to_vec(&body).unwrap().into(), true)
+        .unwrap();
+    let mut stream = response.await.unwrap().into_body();
+    let mut text = Vec::new();
+    while let Some(chunk) = stream.data().await {
+        let chunk = chunk.expect("the slow stream was cut");
+        let _ = stream.flow_control().release_capacity(chunk.len());
+        text.extend_from_slice(&chunk);
+    }
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+}
+
 #[tokio::test]
 async fn bodies_over_the_limit_and_non_json_bodies_are_refused() {
     let server = Server::simple(

@@ -15,6 +15,8 @@ use super::{app, AppState};
 /// not waited for.
 const AFTER_GRACE: Duration = Duration::from_secs(1);
 
+mod idle;
+
 /// Serves `app(state)` on `listener` until `shutdown` resolves; then refuses
 /// new connections, lets open requests run for `grace`, ends the ones still
 /// running (streams get a `server_shutting_down` error event and `[DONE]`,
@@ -29,7 +31,9 @@ const AFTER_GRACE: Duration = Duration::from_secs(1);
 /// `server.header_timeout_s` to send a request's headers, on a new
 /// connection and between requests on a kept-alive one: a client that
 /// connects and sends nothing, or trickles its headers, or idles, is closed
-/// then. (axum's own `serve` runs hyper without a timer, so with no such
+/// then. An HTTP/2 connection (whose header timer hyper does not offer) is
+/// closed after the same time without a byte either way while none of its
+/// requests is open ([`idle`]). (axum's own `serve` runs hyper without a timer, so with no such
 /// timeout: idle connections piled up until the process ran out of file
 /// descriptors — seeker issue 18.)
 ///
@@ -46,6 +50,7 @@ pub async fn run(
     use hyper_util::server::conn::auto;
 
     let header_timeout = state.ops.header_timeout;
+    let secure = state.security_headers;
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -70,6 +75,7 @@ pub async fn run(
     let router = app(state);
     let connections = hyper_util::server::graceful::GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut at_cap = false;
     loop {
         // At the cap, wait for a connection to close before accepting: the
         // next clients wait in the listen backlog, not in memory.
@@ -77,11 +83,13 @@ pub async fn run(
             None => None,
             Some(slots) => {
                 let slots = Arc::clone(slots);
-                if slots.available_permits() == 0 {
+                // Said once each time the cap is reached, not per connection.
+                if slots.available_permits() == 0 && !at_cap {
                     tracing::warn!(
                         "server.max_connections reached: new connections wait until one closes"
                     );
                 }
+                at_cap = slots.available_permits() == 0;
                 tokio::select! {
                     permit = slots.acquire_owned() => Some(permit.expect("never closed")),
                     () = &mut shutdown => break,
@@ -128,10 +136,17 @@ pub async fn run(
             };
             match first_line {
                 FirstLine::Missing => return,
-                FirstLine::TooLong => return refuse_long_request_line(stream).await,
+                FirstLine::TooLong => return refuse_long_request_line(stream, secure).await,
                 FirstLine::Fits => {}
             }
-            let service = hyper_util::service::TowerToHyperService::new(router);
+            // The idle deadline of a connection with no request open (HTTP/2
+            // has no header timer of its own; see `idle`).
+            let activity = Arc::new(idle::Activity::new());
+            let service = hyper_util::service::TowerToHyperService::new(idle::Tracked::new(
+                router,
+                Arc::clone(&activity),
+            ));
+            let stream = idle::IdleStream::new(stream, activity, header_timeout);
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
@@ -225,7 +240,7 @@ async fn peek_request_line(stream: &tokio::net::TcpStream) -> FirstLine {
 /// a JSON `uri_too_long` 414 and closes it, after reading (for up to a
 /// second, at most 1 MiB) what the client still sends, so that the kernel
 /// does not reset the connection before the client has read the answer.
-async fn refuse_long_request_line(mut stream: tokio::net::TcpStream) {
+async fn refuse_long_request_line(mut stream: tokio::net::TcpStream, secure: bool) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let body = ApiError::new(
         ErrorCode::UriTooLong,
@@ -235,9 +250,14 @@ async fn refuse_long_request_line(mut stream: tokio::net::TcpStream) {
         ),
     )
     .to_json();
+    let security = if secure {
+        super::headers::API_HEADER_LINES
+    } else {
+        ""
+    };
     let response = format!(
         "HTTP/1.1 414 URI Too Long\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nx-request-id: {}\r\nconnection: close\r\n\r\n{body}",
+         content-length: {}\r\nx-request-id: {}\r\n{security}connection: close\r\n\r\n{body}",
         body.len(),
         uuid::Uuid::new_v4(),
     );
