@@ -57,12 +57,22 @@ pub(crate) const DOCS_POLICY: &str = "default-src 'none'; script-src 'self'; \
 /// The policy of every other response (JSON, Prometheus text, errors).
 pub(crate) const API_POLICY: &str = "default-src 'none'; frame-ancestors 'none'";
 
-/// The headers of an API response as HTTP/1.1 header lines, for the one
-/// response seeker writes itself before hyper parses a request (the 414 of
-/// an over-long request line, `super::listen`).
-pub(crate) const API_HEADER_LINES: &str = "content-security-policy: default-src 'none'; \
-     frame-ancestors 'none'\r\nx-content-type-options: nosniff\r\nx-frame-options: DENY\r\n\
-     referrer-policy: no-referrer\r\n";
+/// The headers every response gets besides its policy.
+const FIXED: [(header::HeaderName, &str); 3] = [
+    (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (header::X_FRAME_OPTIONS, "DENY"),
+    (header::REFERRER_POLICY, "no-referrer"),
+];
+
+/// The headers of an API response as HTTP/1.1 header lines (each ending in
+/// CRLF), for the one response seeker writes itself before hyper parses a
+/// request (the 414 of an over-long request line, `super::listen`).
+pub(crate) fn api_header_lines() -> String {
+    std::iter::once((header::CONTENT_SECURITY_POLICY, API_POLICY))
+        .chain(FIXED)
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect()
+}
 
 fn or_none(sources: String) -> String {
     if sources.is_empty() {
@@ -113,19 +123,14 @@ pub(crate) async fn secure(request: Request, next: Next) -> Response {
 }
 
 fn add(headers: &mut HeaderMap, policy: HeaderValue) {
-    let mut set = |name, value| {
-        headers.entry(name).or_insert(value);
-    };
-    set(header::CONTENT_SECURITY_POLICY, policy);
-    set(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    set(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    set(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
+    headers
+        .entry(header::CONTENT_SECURITY_POLICY)
+        .or_insert(policy);
+    for (name, value) in FIXED {
+        headers
+            .entry(name)
+            .or_insert(HeaderValue::from_static(value));
+    }
 }
 
 #[cfg(test)]
@@ -149,6 +154,18 @@ mod tests {
             sha256_base64(""),
             "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU="
         );
+    }
+
+    #[test]
+    fn the_written_414_carries_what_the_middleware_adds() {
+        let mut headers = HeaderMap::new();
+        add(&mut headers, HeaderValue::from_static(API_POLICY));
+        let lines = api_header_lines();
+        assert_eq!(lines.matches("\r\n").count(), headers.len());
+        for (name, value) in &headers {
+            let line = format!("{name}: {}\r\n", value.to_str().unwrap());
+            assert!(lines.contains(&line), "{line:?} missing in {lines:?}");
+        }
     }
 
     #[test]

@@ -478,8 +478,7 @@ async fn sigterm_mid_answer_ends_every_stream_cleanly() {
     let (status, took) = exit_within(&mut server.child, GRACE + STOP)
         .await
         .expect("SIGTERM mid-answer: the server did not exit");
-    assert!(status.success(), "mid-answer: {status}");
-    assert!(took < GRACE + STOP, "{took:?}");
+    assert!(status.success(), "mid-answer: {status} after {took:?}");
 
     let mut cut_short = 0;
     for reader in readers {

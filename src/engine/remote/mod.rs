@@ -544,7 +544,8 @@ impl Inner {
         let mut order: Vec<usize> = (0..self.replicas.len())
             .filter(|i| !tried.contains(i))
             .collect();
-        order.sort_by_key(|&i| {
+        // Each key once (`slow` locks and reads every replica's times).
+        order.sort_by_cached_key(|&i| {
             (
                 self.slow(i),
                 self.replica(i).in_flight.load(Ordering::Relaxed),

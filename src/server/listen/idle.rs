@@ -15,8 +15,8 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -27,28 +27,34 @@ use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// What one connection is doing: its open requests and its last byte.
+/// What one connection is doing: its open requests and its last byte
+/// (milliseconds since the connection began; an atomic, as every read and
+/// write of the connection sets it).
 pub(super) struct Activity {
     open: AtomicUsize,
-    last: Mutex<Instant>,
+    began: Instant,
+    last_ms: AtomicU64,
 }
 
 impl Activity {
     pub(super) fn new() -> Self {
         Self {
             open: AtomicUsize::new(0),
-            last: Mutex::new(Instant::now()),
+            began: Instant::now(),
+            last_ms: AtomicU64::new(0),
         }
     }
 
     fn touch(&self) {
-        *self.last.lock().expect("activity lock") = Instant::now();
+        let ms = self.began.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, Ordering::Relaxed);
     }
 
     /// When the connection is due to close: `None` while a request is open.
     fn deadline(&self, limit: Duration) -> Option<Instant> {
-        (self.open.load(Ordering::SeqCst) == 0)
-            .then(|| *self.last.lock().expect("activity lock") + limit)
+        (self.open.load(Ordering::SeqCst) == 0).then(|| {
+            self.began + Duration::from_millis(self.last_ms.load(Ordering::Relaxed)) + limit
+        })
     }
 }
 
@@ -153,6 +159,14 @@ impl<S> IdleStream<S> {
         }
     }
 
+    /// `written`, after noting that bytes went out.
+    fn wrote(&self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        written
+    }
+
     /// Ready when the idle deadline has passed; otherwise the timer is set
     /// to wake the reader then.
     fn idle_over(&mut self, cx: &mut Context<'_>) -> bool {
@@ -199,10 +213,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleStream<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write(cx, data);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.activity.touch();
-        }
-        written
+        this.wrote(written)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -220,10 +231,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleStream<S> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            this.activity.touch();
-        }
-        written
+        this.wrote(written)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -251,9 +251,9 @@ async fn refuse_long_request_line(mut stream: tokio::net::TcpStream, secure: boo
     )
     .to_json();
     let security = if secure {
-        super::headers::API_HEADER_LINES
+        super::headers::api_header_lines()
     } else {
-        ""
+        String::new()
     };
     let response = format!(
         "HTTP/1.1 414 URI Too Long\r\ncontent-type: application/json\r\n\
