@@ -685,8 +685,9 @@ async fn flush(
 
 impl MistralEngine {
     /// Lets a generation for prompt `ids` in: waits while a flush runs,
-    /// flushes first when a sequence may be cached under an unknown key or
-    /// `ids` holds a whole cached key, and says what the prompt reuses.
+    /// flushes first when a sequence may be cached under an unknown key, the
+    /// cache is over its budget or `ids` holds a whole cached key, and says
+    /// what the prompt reuses.
     ///
     /// # Errors
     /// [`EngineError::Internal`] when a flush finds the engine gone.
@@ -704,6 +705,12 @@ impl MistralEngine {
                 let tracker = reuse.tracker.lock().expect("tracker lock");
                 if reuse.unknown_end.load(Ordering::SeqCst) {
                     FlushReason::UnknownEnd
+                } else if tracker.bytes() > reuse.budget_bytes {
+                    // The sequence that passed the budget is flushed when it
+                    // is recorded, but a generation admitted between its
+                    // record and that flush would run on an over-budget
+                    // cache (and share its flush): flush first.
+                    FlushReason::Budget
                 } else if tracker.covers_a_whole_key(ids) {
                     FlushReason::Covered
                 } else {
