@@ -513,6 +513,56 @@ async fn idle_http2_connections_are_closed_and_slow_streams_are_not() {
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
 }
 
+/// An HTTP/2 connection that sends PING frames and no request is closed
+/// after `header_timeout_s` like a silent one: control frames do not count
+/// as a request (before, each byte reset the deadline and such a client held
+/// its `max_connections` place for good: a second attack, issue 28).
+#[tokio::test]
+async fn an_http2_connection_that_only_pings_is_closed() {
+    let server = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            header_timeout_s: 1,
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let address = server.url.strip_prefix("http://").unwrap().to_string();
+    let tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+    // The request handle stays alive: without one h2 closes its side itself.
+    let (_requests, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    let mut ping_pong = connection
+        .ping_pong()
+        .expect("the connection's ping handle");
+    let connection = tokio::spawn(connection);
+    let pings = tokio::spawn(async move {
+        let mut answered = 0;
+        while ping_pong.ping(h2::Ping::opaque()).await.is_ok() {
+            answered += 1;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        answered
+    });
+    let started = Instant::now();
+    tokio::time::timeout(Duration::from_secs(5), connection)
+        .await
+        .expect("a connection that only sends PINGs is still open after 5 s")
+        .unwrap()
+        .ok();
+    let answered = tokio::time::timeout(Duration::from_secs(1), pings)
+        .await
+        .expect("the pings go on after the connection closed")
+        .unwrap();
+    // The server answered PINGs past the moment a byte-reset deadline
+    // would have been extended (200 ms apart, a 1 s limit).
+    assert!(answered >= 3, "{answered} PINGs answered");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed after {:?}",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn bodies_over_the_limit_and_non_json_bodies_are_refused() {
     let server = Server::simple(

@@ -1,5 +1,6 @@
 //! The idle deadline of a connection: closed after `server.header_timeout_s`
-//! without a byte read or written while none of its requests is open.
+//! with none of its requests open, counted from the connection's start or
+//! its last request's end.
 //!
 //! hyper's header timer covers HTTP/1.1 (a new connection, or a kept-alive
 //! one between requests) but HTTP/2 has none: a client that sends the
@@ -9,7 +10,9 @@
 //! 28). A request is open from the moment the router is called until its
 //! response body has been sent or dropped, so a slow rollout, a long stream
 //! and an upload are never cut by this deadline (`request_timeout_s` and
-//! `body_timeout_s` bound those).
+//! `body_timeout_s` bound those). Bytes alone do not extend it: HTTP/2
+//! control frames (PING, SETTINGS, WINDOW_UPDATE) sent with no request open
+//! kept such a connection for good when they did (a second attack, issue 28).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -27,9 +30,9 @@ use http_body::{Frame, SizeHint};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-/// What one connection is doing: its open requests and its last byte
-/// (milliseconds since the connection began; an atomic, as every read and
-/// write of the connection sets it).
+/// What one connection is doing: its open requests and when its last one
+/// ended (milliseconds since the connection began; an atomic, set by the
+/// connection's requests as they end).
 pub(super) struct Activity {
     open: AtomicUsize,
     began: Instant,
@@ -140,8 +143,8 @@ impl http_body::Body for TrackedBody {
 }
 
 /// A connection's socket that fails its reads with `TimedOut` once the
-/// connection has been idle (no byte either way, no request open) for
-/// `limit`; hyper then closes the connection. `limit` `None`: never.
+/// connection has had no request open for `limit`; hyper then closes the
+/// connection. `limit` `None`: never.
 pub(super) struct IdleStream<S> {
     inner: S,
     activity: Arc<Activity>,
@@ -157,14 +160,6 @@ impl<S> IdleStream<S> {
             limit,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
         }
-    }
-
-    /// `written`, after noting that bytes went out.
-    fn wrote(&self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
-        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
-        }
-        written
     }
 
     /// Ready when the idle deadline has passed; otherwise the timer is set
@@ -188,14 +183,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleStream<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
-            Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    this.activity.touch();
-                }
-                Poll::Ready(Ok(()))
-            }
             Poll::Pending if this.idle_over(cx) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 "idle connection (server.header_timeout_s)",
@@ -211,9 +199,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleStream<S> {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let written = Pin::new(&mut this.inner).poll_write(cx, data);
-        this.wrote(written)
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -229,9 +215,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleStream<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.wrote(written)
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
