@@ -615,10 +615,10 @@ impl Config {
             }
         }
         for origin in &self.server.cors_origins {
-            if origin != "*" && axum::http::HeaderValue::from_str(origin).is_err() {
-                return Err(ConfigError::Invalid(format!(
-                    "server.cors_origins: {origin:?} is not a valid origin"
-                )));
+            if origin != "*" {
+                check_origin(origin).map_err(|why| {
+                    ConfigError::Invalid(format!("server.cors_origins: {origin:?} {why}"))
+                })?;
             }
         }
         if self.model.engine == EngineKind::Remote {
@@ -747,6 +747,38 @@ impl Config {
 
 /// An environment value parsed as the type of the setting's default:
 /// strings stay strings (`SEEKER_MODEL__ID=12345` is the id "12345").
+/// Checks that `origin` is written as browsers send `Origin` (RFC 6454
+/// serialisation: `scheme://host[:port]`, lower case, no path, no default
+/// port), the only form that can ever match one: a value such as
+/// `["http://a.example"]` (a TOML list in an environment variable, where
+/// lists are comma-separated), `a.example` or `http://a.example/` was taken
+/// as written and silently matched nothing.
+///
+/// # Errors
+/// Why it is no origin, and the origin it would be where there is one.
+fn check_origin(origin: &str) -> Result<(), String> {
+    let list_hint = if origin.starts_with('[') {
+        " (in an environment variable lists are comma-separated: a,b)"
+    } else {
+        ""
+    };
+    let url = url::Url::parse(origin).map_err(|_| {
+        format!("is not an origin (scheme://host[:port], as browsers send it){list_hint}")
+    })?;
+    let serialised = url.origin().ascii_serialization();
+    if url.host().is_none() || serialised == "null" {
+        return Err(format!(
+            "is not an origin (scheme://host[:port], as browsers send it){list_hint}"
+        ));
+    }
+    if serialised != origin {
+        return Err(format!(
+            "never matches a browser's Origin header, which would read {serialised:?}"
+        ));
+    }
+    Ok(())
+}
+
 fn env_value(default: &serde_json::Value, raw: &str) -> Result<figment::value::Value, String> {
     use figment::value::Value;
     match default {
@@ -798,6 +830,30 @@ mod tests {
         let settings = ok.settings().unwrap();
         assert_eq!(settings.policy.allow_hosts, ["*.example.org"]);
         assert_eq!(settings.policy.allow_networks[0].to_string(), "10.0.0.1/32");
+    }
+
+    #[test]
+    fn cors_origins_that_can_never_match_are_refused() {
+        let load = |raw: &str| {
+            Config::load(
+                None,
+                [("SEEKER_SERVER__CORS_ORIGINS".to_string(), raw.to_string())],
+            )
+            .map(|c| c.server.cors_origins)
+            .map_err(|e| e.to_string())
+        };
+        let listed = load(r#"["http://ok.example"]"#).unwrap_err();
+        assert!(listed.contains("comma-separated"), "{listed}");
+        assert!(load("ok.example").unwrap_err().contains("is not an origin"));
+        let slash = load("http://ok.example/").unwrap_err();
+        assert!(slash.contains(r#""http://ok.example""#), "{slash}");
+        assert!(load("HTTP://OK.example").is_err());
+        assert!(load("http://ok.example:80").is_err());
+        assert_eq!(
+            load("http://ok.example, https://b.example:8443, *").unwrap(),
+            ["http://ok.example", "https://b.example:8443", "*"]
+        );
+        assert_eq!(load("http://[::1]:3000").unwrap(), ["http://[::1]:3000"]);
     }
 
     #[test]
