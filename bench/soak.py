@@ -146,6 +146,19 @@ class CacheSampler(threading.Thread):
                 self.reads += 1
 
 
+def around_drops(rss):
+    """(after, before): RSS right after and right before each sharp fall of
+    the curve (a fall of more than a quarter of its range: a cache flush),
+    as (request number, MiB) pairs."""
+    span = max(rss) - min(rss) if rss else 0
+    after, before = [], []
+    for i in range(1, len(rss)):
+        if span and rss[i - 1] - rss[i] > span / 4:
+            after.append((i + 1, round(rss[i], 1)))
+            before.append((i, round(rss[i - 1], 1)))
+    return after, before
+
+
 def mixed_phase(url, pid, qs, args):
     """Phase 3: see the module documentation."""
     lengths = [int(t) for t in args.mixed_max_tokens.split(",")]
@@ -213,6 +226,8 @@ def mixed_phase(url, pid, qs, args):
         "rss_end_over_warmup": round(end_rss / warm, 3) if warm else None,
         "rss_max_after_warmup_mib": round(max(after), 1),
         "rss_max_mib": round(max(rss), 1),
+        "rss_after_each_fall_mib": around_drops(rss)[0],
+        "rss_before_each_fall_mib": around_drops(rss)[1],
         "prefix_cache_bytes_max_mib": round(cache.max_bytes / 2**20, 1),
         "prefix_cache_reads": cache.reads,
         "prompt_tokens_min": min(prompt) if prompt else None,
