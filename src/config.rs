@@ -745,8 +745,6 @@ impl Config {
     }
 }
 
-/// An environment value parsed as the type of the setting's default:
-/// strings stay strings (`SEEKER_MODEL__ID=12345` is the id "12345").
 /// Checks that `origin` is written as browsers send `Origin` (RFC 6454
 /// serialisation: `scheme://host[:port]`, lower case, no path, no default
 /// port), the only form that can ever match one: a value such as
@@ -762,14 +760,12 @@ fn check_origin(origin: &str) -> Result<(), String> {
     } else {
         ""
     };
-    let url = url::Url::parse(origin).map_err(|_| {
-        format!("is not an origin (scheme://host[:port], as browsers send it){list_hint}")
-    })?;
+    let no_origin =
+        || format!("is not an origin (scheme://host[:port], as browsers send it){list_hint}");
+    let url = url::Url::parse(origin).map_err(|_| no_origin())?;
     let serialised = url.origin().ascii_serialization();
     if url.host().is_none() || serialised == "null" {
-        return Err(format!(
-            "is not an origin (scheme://host[:port], as browsers send it){list_hint}"
-        ));
+        return Err(no_origin());
     }
     if serialised != origin {
         return Err(format!(
@@ -779,6 +775,8 @@ fn check_origin(origin: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// An environment value parsed as the type of the setting's default:
+/// strings stay strings (`SEEKER_MODEL__ID=12345` is the id "12345").
 fn env_value(default: &serde_json::Value, raw: &str) -> Result<figment::value::Value, String> {
     use figment::value::Value;
     match default {
