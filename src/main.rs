@@ -33,14 +33,27 @@ enum Command {
         #[arg(long)]
         port: Option<u16>,
     },
-    /// Build a BM25 index from a JSONL corpus ({"id", "title", "text"} per line).
+    /// Build a BM25 index from a JSONL corpus ({"id", "title", "text"} per
+    /// line), and/or its dense index with a sentence encoder (`--dense`).
+    #[command(group(clap::ArgGroup::new("what").args(["corpus", "dense"]).required(true).multiple(true)))]
     Index {
-        /// The corpus, one JSON object per line.
+        /// The corpus, one JSON object per line (builds the BM25 index).
         #[arg(long)]
-        corpus: PathBuf,
-        /// Directory to write the index to (replaced if it exists).
+        corpus: Option<PathBuf>,
+        /// Directory of the index (replaced if it exists; with only --dense,
+        /// an index built before).
         #[arg(long)]
         index: PathBuf,
+        /// Also embed every document with the sentence encoder in this Hugging
+        /// Face directory into `<index>/dense` (the `dense` and `hybrid`
+        /// backends).
+        #[arg(long, value_name = "MODEL_DIR")]
+        dense: Option<PathBuf>,
+        /// Config file whose [search.dense] settings (prefixes, pooling,
+        /// max_length, batch_size) the encoder uses; default:
+        /// config/seeker.toml when it exists.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Search an index and print the top-k documents with their BM25 scores.
     Search {
@@ -120,7 +133,9 @@ struct EvalArgs {
     /// seeker policy profile (default: the server's).
     #[arg(long)]
     policy: Option<String>,
-    /// seeker search backend (default: the server's).
+    /// seeker search backend (default: the server's); with
+    /// --retrieval-only: `tantivy` (BM25), `dense`, `hybrid` or a backend of
+    /// the config (default: its search.default).
     #[arg(long)]
     backend: Option<String>,
     /// Documents per query (default: the profile's).
@@ -148,6 +163,11 @@ struct EvalArgs {
     /// Keep only questions whose evidence article's title is in this corpus (JSONL).
     #[arg(long)]
     evidence_in: Option<PathBuf>,
+    /// Keep only questions with a gold answer that occurs in a document of
+    /// this corpus (JSONL; normalised as answer recall is): the questions a
+    /// retriever can answer at all.
+    #[arg(long)]
+    answer_in: Option<PathBuf>,
     /// Per-question JSONL output; the summary goes to the same name with
     /// `.summary.json`.
     #[arg(long)]
@@ -165,6 +185,10 @@ struct EvalArgs {
     /// Index for --retrieval-only.
     #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
     index: PathBuf,
+    /// Config file for --retrieval-only ([search]: backends, [search.dense],
+    /// [search.hybrid]); default: config/seeker.toml when it exists.
+    #[arg(long)]
+    config: Option<PathBuf>,
 }
 
 fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: PrepareFormat) -> anyhow::Result<()> {
@@ -207,7 +231,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve { config, host, port } => cmd_serve(config.as_deref(), host, port),
-        Command::Index { corpus, index } => cmd_index(&corpus, &index),
+        Command::Index {
+            corpus,
+            index,
+            dense,
+            config,
+        } => cmd_index(
+            corpus.as_deref(),
+            &index,
+            dense.as_deref(),
+            config.as_deref(),
+        ),
         Command::Search {
             index,
             top_k,
@@ -251,7 +285,61 @@ fn cmd_serve(config: Option<&Path>, host: Option<String>, port: Option<u16>) -> 
     result
 }
 
-fn cmd_index(corpus: &Path, index: &Path) -> anyhow::Result<()> {
+fn cmd_index(
+    corpus: Option<&Path>,
+    index: &Path,
+    dense: Option<&Path>,
+    config: Option<&Path>,
+) -> anyhow::Result<()> {
+    // The encoder settings are checked before a long BM25 build.
+    let dense_config = match dense {
+        Some(_) => Some(Config::load(config, std::env::vars())?.search.dense),
+        None => None,
+    };
+    if let Some(corpus) = corpus {
+        cmd_index_bm25(corpus, index)?;
+    }
+    if let (Some(model), Some(settings)) = (dense, dense_config) {
+        cmd_index_dense(model, index, &settings)?;
+    }
+    Ok(())
+}
+
+fn cmd_index_dense(
+    model: &Path,
+    index: &Path,
+    settings: &seeker::config::DenseConfig,
+) -> anyhow::Result<()> {
+    use seeker::search::{dense::build_dense, embed::Embedder};
+    // build_dense runs one batch per core; candle's own threads on top of
+    // that made the build slower (bench/README.md). No other thread exists
+    // yet, so setting the variable races with nothing.
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        std::env::set_var("RAYON_NUM_THREADS", "1");
+    }
+    let embedder = Embedder::load(model, &settings.options())
+        .map_err(|e| anyhow::anyhow!("--dense {}: {e}", model.display()))?;
+    let bar = ProgressBar::new(0).with_style(
+        ProgressStyle::with_template("embedding {bar:40} {pos}/{len} documents ({eta})")
+            .expect("valid progress template"),
+    );
+    let stats = build_dense(index, &embedder, settings.batch_size, |done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    println!(
+        "embedded {} documents ({}-d, {}) in {:.1} s -> {}",
+        stats.rows,
+        stats.dim,
+        model.display(),
+        stats.seconds,
+        index.join(seeker::search::dense::DENSE_DIR).display()
+    );
+    Ok(())
+}
+
+fn cmd_index_bm25(corpus: &Path, index: &Path) -> anyhow::Result<()> {
     let total = std::fs::metadata(corpus)
         .map_err(|e| anyhow::anyhow!("{}: {e}", corpus.display()))?
         .len();
@@ -329,13 +417,20 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
             FanoutMode::Questions
         },
         evidence_in: args.evidence_in,
+        answer_in: args.answer_in,
         skip: args.skip,
         limit: args.limit,
         out: args.out,
     };
     let target = if args.retrieval_only {
+        let mut search = Config::load(args.config.as_deref(), std::env::vars())?.search;
+        search.index = args.index;
         Target::Retrieval {
-            index: args.index,
+            backend: args
+                .backend
+                .clone()
+                .unwrap_or_else(|| search.default.clone()),
+            search,
             k: args.top_k.unwrap_or(3),
         }
     } else {

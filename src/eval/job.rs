@@ -1,7 +1,7 @@
 //! One `seeker eval` run from start to end: load and filter the questions,
 //! then either ask a server ([`Target::Server`]: progress bar, summary table,
 //! per-question JSONL and summary JSON) or search the local index only
-//! ([`Target::Retrieval`]: answer recall of the top-k, no generation).
+//! ([`Target::Retrieval`]: answer recall of a backend's top-k, no generation).
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +10,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::dataset::{self, FanoutMode, QaItem};
 use super::metrics::contains_answer;
 use super::{run, served_model, EvalConfig, Summary};
-use crate::search::bm25::Bm25Index;
 
 /// The questions to take and where to write the results.
 #[derive(Clone, Debug)]
@@ -22,6 +21,9 @@ pub struct Job {
     /// Keep only questions whose evidence article's title is in this corpus
     /// (JSONL with `title`).
     pub evidence_in: Option<PathBuf>,
+    /// Keep only questions with a gold answer in some document of this
+    /// corpus (JSONL with `title` and `text`), as [`contains_answer`] finds it.
+    pub answer_in: Option<PathBuf>,
     /// Questions skipped first (after the evidence filter).
     pub skip: usize,
     /// Only the first N questions (after the evidence filter and `skip`).
@@ -36,8 +38,14 @@ pub struct Job {
 pub enum Target {
     /// A running server (seeker, or any OpenAI-compatible one).
     Server(EvalConfig),
-    /// The local index alone: is a gold answer in the top `k` documents?
-    Retrieval { index: PathBuf, k: usize },
+    /// Retrieval alone: is a gold answer in the top 1, 3, 5 and `k`
+    /// documents of the question searched on `backend` (a backend of
+    /// `search`, whose `index` is the local index)?
+    Retrieval {
+        search: crate::config::SearchConfig,
+        backend: String,
+        k: usize,
+    },
 }
 
 /// Runs `job` against `target`, printing the summary to stdout.
@@ -49,7 +57,7 @@ pub fn run_job(job: &Job, target: Target) -> anyhow::Result<()> {
     let items = load_items(job)?;
     match target {
         Target::Server(config) => ask_server(job, config, &items),
-        Target::Retrieval { index, k } => retrieval(job, &index, k, &items),
+        Target::Retrieval { search, backend, k } => retrieval(job, &search, &backend, k, &items),
     }
 }
 
@@ -65,6 +73,9 @@ fn load_items(job: &Job) -> anyhow::Result<Vec<QaItem>> {
             .filter_map(|v| v["title"].as_str().map(str::to_string))
             .collect();
         items = dataset::with_evidence_in(items, &titles);
+    }
+    if let Some(corpus) = &job.answer_in {
+        items = with_answer_in(items, corpus)?;
     }
     let before_skip = items.len();
     items.drain(..job.skip.min(items.len()));
@@ -83,6 +94,36 @@ fn load_items(job: &Job) -> anyhow::Result<Vec<QaItem>> {
         job.dataset.display()
     );
     Ok(items)
+}
+
+/// The items with a gold answer in some document of `corpus`: each document
+/// normalised once, documents joined by a line break, which no normalised
+/// gold holds, so a match never spans two documents.
+fn with_answer_in(items: Vec<QaItem>, corpus: &Path) -> anyhow::Result<Vec<QaItem>> {
+    let text = std::fs::read_to_string(corpus)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", corpus.display()))?;
+    let mut all = String::from(" ");
+    for v in text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+    {
+        let doc = format!(
+            "{} {}",
+            v["title"].as_str().unwrap_or(""),
+            v["text"].as_str().unwrap_or("")
+        );
+        all.push_str(&super::metrics::normalize(&doc));
+        all.push_str(" \n ");
+    }
+    Ok(items
+        .into_iter()
+        .filter(|i| {
+            i.golds.iter().any(|g| {
+                let g = super::metrics::normalize(g);
+                !g.is_empty() && all.contains(&format!(" {g} "))
+            })
+        })
+        .collect())
 }
 
 fn ask_server(job: &Job, config: EvalConfig, items: &[QaItem]) -> anyhow::Result<()> {
@@ -131,34 +172,94 @@ fn ask_server(job: &Job, config: EvalConfig, items: &[QaItem]) -> anyhow::Result
     Ok(())
 }
 
-/// Answer recall of the local index's top `k` for each question.
-fn retrieval(job: &Job, index_dir: &Path, k: usize, items: &[QaItem]) -> anyhow::Result<()> {
-    let index = Bm25Index::open(index_dir)?;
+/// The ranks answer recall is reported at: 1, 3, 5 and `k`, those up to `k`.
+fn recall_ranks(k: usize) -> Vec<usize> {
+    let mut ranks: Vec<usize> = [1, 3, 5].into_iter().filter(|&r| r < k).collect();
+    ranks.push(k);
+    ranks
+}
+
+/// Answer recall of `backend`'s top `k` for each question (and of its top 1,
+/// 3 and 5), searched through the dispatcher as a rollout would.
+fn retrieval(
+    job: &Job,
+    search: &crate::config::SearchConfig,
+    backend: &str,
+    k: usize,
+    items: &[QaItem],
+) -> anyhow::Result<()> {
+    let dispatcher = crate::search::dispatcher_from_config(
+        search,
+        &crate::config::PagesConfig::default(),
+        |v| std::env::var(v).ok(),
+    )?;
+    dispatcher
+        .check_backend(backend)
+        .map_err(|message| anyhow::anyhow!(message))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let ranks = recall_ranks(k);
+    let mut found = vec![0usize; ranks.len()];
+    let mut failed = 0usize;
     let mut lines = String::new();
-    let mut found = 0usize;
+    let mut seconds = Vec::with_capacity(items.len());
     for item in items {
-        let docs = index.search(&item.question, k)?;
-        let hit = docs
+        let started = std::time::Instant::now();
+        let result = runtime
+            .block_on(dispatcher.search_round(
+                Some(backend),
+                std::slice::from_ref(&item.question),
+                k,
+            ))
+            .remove(0)
+            .result;
+        seconds.push(started.elapsed().as_secs_f64());
+        let docs = match result {
+            Ok(docs) => docs,
+            Err(e) => {
+                failed += 1;
+                tracing::warn!(question = %item.id, error = %e, "retrieval failed");
+                Vec::new()
+            }
+        };
+        // The rank of the first document holding a gold answer.
+        let first_hit = docs
             .iter()
-            .any(|d| contains_answer(&format!("{} {}", d.title, d.text), &item.golds));
-        found += usize::from(hit);
+            .position(|d| contains_answer(&format!("{} {}", d.title, d.text), &item.golds));
+        for (i, &r) in ranks.iter().enumerate() {
+            found[i] += usize::from(first_hit.is_some_and(|p| p < r));
+        }
         lines.push_str(&serde_json::to_string(&serde_json::json!({
             "id": item.id,
             "question": item.question,
             "golds": item.golds,
-            "answer_in_documents": hit,
+            "answer_in_documents": first_hit.is_some(),
+            "answer_rank": first_hit.map(|p| p + 1),
             "documents": docs.iter().map(|d| &d.title).collect::<Vec<_>>(),
         }))?);
         lines.push('\n');
     }
-    let recall = found as f64 / items.len() as f64;
+    let n = items.len();
+    let latency = super::Stats::of(&seconds);
     println!(
-        "questions {}\nanswer recall@{k} of {} ({} documents): {recall:.3} ({found} of {})",
-        items.len(),
-        index_dir.display(),
-        index.num_docs(),
-        items.len()
+        "questions {n}\nbackend {backend} (index {})",
+        search.index.display()
     );
+    for (i, r) in ranks.iter().enumerate() {
+        println!(
+            "answer recall@{r}: {:.3} ({} of {n})",
+            found[i] as f64 / n as f64,
+            found[i]
+        );
+    }
+    println!(
+        "search seconds per question: mean {:.4}, p50 {:.4}, p90 {:.4}",
+        latency.mean, latency.p50, latency.p90
+    );
+    if failed > 0 {
+        println!("failed searches: {failed} (counted as misses; see the log)");
+    }
     if let Some(out) = &job.out {
         write(out, &lines)?;
         println!("wrote {}", out.display());

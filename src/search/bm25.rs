@@ -26,7 +26,7 @@ use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING,
 };
 use tantivy::tokenizer::TokenStream;
-use tantivy::{Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
+use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
 use super::{Document, SearchBackend, SearchError};
 
@@ -273,6 +273,9 @@ pub struct Bm25Index {
     reader: IndexReader,
     fields: Fields,
     manifest: Manifest,
+    /// Every live document's address in index order, listed on first use:
+    /// row `i` of a dense index is the `i`-th.
+    rows: std::sync::OnceLock<Vec<DocAddress>>,
 }
 
 impl std::fmt::Debug for Bm25Index {
@@ -323,6 +326,7 @@ impl Bm25Index {
             reader,
             fields,
             manifest,
+            rows: std::sync::OnceLock::new(),
         })
     }
 
@@ -400,6 +404,65 @@ impl Bm25Index {
                 })
             })
             .collect()
+    }
+}
+
+/// Rows: the index's documents by position, what a dense index
+/// ([`super::dense`]) stores one vector per. The index is never modified after
+/// [`build_index`], so the order is fixed for its lifetime.
+impl Bm25Index {
+    fn rows(&self) -> &[DocAddress] {
+        self.rows.get_or_init(|| {
+            let searcher = self.reader.searcher();
+            let mut rows = Vec::with_capacity(searcher.num_docs() as usize);
+            for (ord, segment) in searcher.segment_readers().iter().enumerate() {
+                let alive = segment.alive_bitset();
+                for doc in 0..segment.max_doc() {
+                    if alive.is_none_or(|a| a.is_alive(doc)) {
+                        rows.push(DocAddress::new(ord as u32, doc));
+                    }
+                }
+            }
+            rows
+        })
+    }
+
+    /// Number of rows (the live documents).
+    pub fn row_count(&self) -> usize {
+        self.rows().len()
+    }
+
+    /// The documents at `rows` (each with the score given beside it), in that
+    /// order, as [`Self::search`] returns them; a row past the end is skipped.
+    ///
+    /// # Errors
+    /// Only tantivy I/O errors on a damaged index.
+    pub fn documents_at(&self, rows: &[(usize, f32)]) -> Result<Vec<Document>, IndexError> {
+        let all = self.rows();
+        let searcher = self.reader.searcher();
+        let text_of = |doc: &TantivyDocument, field: Field| {
+            doc.get_first(field)
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string()
+        };
+        let mut out = Vec::with_capacity(rows.len());
+        for &(row, score) in rows {
+            let Some(address) = all.get(row) else {
+                continue;
+            };
+            let doc: TantivyDocument = searcher.doc(*address)?;
+            let url = text_of(&doc, self.fields.url);
+            out.push(Document {
+                id: text_of(&doc, self.fields.id),
+                title: text_of(&doc, self.fields.title),
+                text: text_of(&doc, self.fields.text),
+                url: (!url.is_empty()).then_some(url),
+                score,
+                backend: BACKEND_NAME.to_string(),
+            });
+        }
+        Ok(out)
     }
 }
 

@@ -134,6 +134,9 @@ fn cache_entry_bytes(key: &CacheKey, docs: &[Document]) -> usize {
 /// Owns the configured backends and the shared cache; see the module docs.
 pub struct Dispatcher {
     backends: BTreeMap<String, Arc<Limited>>,
+    /// Built-in backends that could not start, with why (not listed, not
+    /// served; a request naming one is told the reason).
+    unavailable: BTreeMap<String, String>,
     default: String,
     config: DispatchConfig,
     cache: Option<moka::future::Cache<CacheKey, Arc<Vec<Document>>>>,
@@ -172,6 +175,7 @@ impl Dispatcher {
         });
         Self {
             backends: BTreeMap::new(),
+            unavailable: BTreeMap::new(),
             default: String::new(),
             config,
             cache,
@@ -255,6 +259,33 @@ impl Dispatcher {
     /// Whether a backend of that name is configured.
     pub fn has_backend(&self, name: &str) -> bool {
         self.backends.contains_key(name)
+    }
+
+    /// Records that the backend `name` cannot serve, and why: it is not
+    /// listed by [`Self::backend_names`], and [`Self::check_backend`] gives a
+    /// request naming it `reason` instead of "unknown".
+    pub fn set_unavailable(&mut self, name: &str, reason: String) {
+        self.unavailable.insert(name.to_string(), reason);
+    }
+
+    /// `Ok` when `name` is a configured backend; otherwise the message a
+    /// client gets: why it is unavailable, or that it is unknown with the
+    /// names this dispatcher has (a long `name` is cut at 100 characters).
+    pub fn check_backend(&self, name: &str) -> Result<(), String> {
+        if self.has_backend(name) {
+            return Ok(());
+        }
+        let shown = match name.char_indices().nth(100) {
+            Some((at, _)) => format!("{}…", &name[..at]),
+            None => name.to_string(),
+        };
+        Err(match self.unavailable.get(name) {
+            Some(reason) => format!("search backend `{shown}` is unavailable: {reason}"),
+            None => format!(
+                "unknown search backend `{shown}`; this server has: {}",
+                self.backend_names().join(", ")
+            ),
+        })
     }
 
     /// Records search metrics into `metrics` instead of the dispatcher's own

@@ -5,12 +5,17 @@
 //! and runs all queries of a round at once, under per-backend concurrency and
 //! rate limits, with retries, deadlines, a shared cache and document hygiene
 //! ([`clean`]). Backends: the local tantivy index ([`bm25`]), Bing Web Search v7
-//! and SearXNG ([`web`]), and Search-R1's `POST /retrieve` protocol
-//! ([`retriever`]). [`dispatcher_from_config`] wires them from `[search]`.
+//! and SearXNG ([`web`]), Search-R1's `POST /retrieve` protocol
+//! ([`retriever`]), and in-process dense and hybrid retrieval over the local
+//! index ([`dense`], with the sentence encoder of [`embed`]). [`dispatcher_from_config`] wires them from `[search]`.
 
 pub mod bm25;
 pub mod clean;
+pub mod dense;
 pub mod dispatch;
+pub mod embed;
+pub mod flashrag;
+pub mod r1searcher;
 pub mod retriever;
 mod setup;
 pub mod web;

@@ -29,6 +29,10 @@ pub struct RetrieveRequest {
     /// Wrap each document as `{"document", "score"}`.
     #[serde(default)]
     pub return_scores: bool,
+    /// seeker's addition: a configured search backend instead of the
+    /// server's default (`tantivy`, `dense`, `hybrid`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
 }
 
 /// `POST /retrieve` response body.
@@ -150,6 +154,7 @@ impl SearchBackend for RetrieverBackend {
             queries: vec![query.to_string()],
             topk: Some(k),
             return_scores: true,
+            backend: None,
         };
         let response = self
             .client

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::dispatch::{BackendLimits, DispatchConfig, Dispatcher};
-use super::{bm25, retriever, web, SearchBackend};
+use super::{bm25, dense, embed, flashrag, r1searcher, retriever, web, SearchBackend};
 use crate::config::{BackendKind, PagesConfig, SearchConfig};
 use crate::pages::PageReader;
 
@@ -48,6 +48,7 @@ pub fn dispatcher_from_config(
         Arc::new(bm25::Bm25Backend::new(Arc::clone(&index))),
         local.clone(),
     );
+    add_dense(&mut d, config, &index, local.clone());
     let settings = pages.settings()?;
     tracing::info!(
         web = settings.web,
@@ -88,6 +89,8 @@ pub fn dispatcher_from_config(
             }
             BackendKind::Searxng => Arc::new(web::SearxngBackend::new(&url)),
             BackendKind::Retriever => Arc::new(retriever::RetrieverBackend::new(&url)),
+            BackendKind::Flashrag => Arc::new(flashrag::FlashragBackend::new(&url)),
+            BackendKind::R1Searcher => Arc::new(r1searcher::R1SearcherBackend::new(&url)),
         };
         tracing::info!(backend = %name, kind = ?b.kind, url = %url, "search backend configured");
         d.add(name, backend, limits);
@@ -95,4 +98,82 @@ pub fn dispatcher_from_config(
     d.set_default(&config.default)
         .map_err(|e| anyhow::anyhow!("search.default: {e}"))?;
     Ok(d)
+}
+
+/// `dense` and `hybrid` from `[search.dense]`: served when the encoder loads
+/// and `<search.index>/dense` was built with it; otherwise both are marked
+/// unavailable with the reason (and the command that fixes it), which a
+/// request naming one is told, and the start logs it once. An empty
+/// `search.dense.model` adds neither; a `[search.backends.dense]` (or
+/// `hybrid`) of the config takes that name instead of the built-in one.
+fn add_dense(
+    d: &mut Dispatcher,
+    config: &SearchConfig,
+    index: &Arc<bm25::Bm25Index>,
+    limits: BackendLimits,
+) {
+    let model = &config.dense.model;
+    if model.as_os_str().is_empty() {
+        return;
+    }
+    let built = config
+        .index
+        .join(dense::DENSE_DIR)
+        .join(dense::DENSE_MANIFEST)
+        .is_file();
+    let opened = (|| -> anyhow::Result<(Arc<dyn SearchBackend>, usize)> {
+        if !model.join("config.json").is_file() {
+            anyhow::bail!(
+                "no sentence encoder at {} (search.dense.model); `scripts/fetch-defaults.sh` \
+                 fetches the default one",
+                model.display()
+            );
+        }
+        if !built {
+            anyhow::bail!(
+                "{} has no dense index; build it with `seeker index --dense {} --index {}`",
+                config.index.display(),
+                model.display(),
+                config.index.display()
+            );
+        }
+        let embedder = embed::Embedder::load(model, &config.dense.options())?;
+        let dense_index = dense::DenseIndex::open(&config.index, index, embedder.spec())?;
+        let rows = dense_index.manifest().rows;
+        Ok((
+            Arc::new(dense::DenseBackend::new(
+                Arc::clone(index),
+                Arc::new(dense_index),
+                Arc::new(embedder),
+            )),
+            rows,
+        ))
+    })();
+    match opened {
+        Ok((dense_backend, rows)) => {
+            tracing::info!(model = %model.display(), rows, "dense index ready (backends dense, hybrid)");
+            let bm25: Arc<dyn SearchBackend> = Arc::new(bm25::Bm25Backend::new(Arc::clone(index)));
+            let hybrid =
+                dense::HybridBackend::new(bm25, Arc::clone(&dense_backend), config.hybrid.clone());
+            if !config.backends.contains_key("dense") {
+                d.add("dense", dense_backend, limits.clone());
+            }
+            if !config.backends.contains_key("hybrid") {
+                d.add("hybrid", Arc::new(hybrid), limits);
+            }
+        }
+        Err(e) => {
+            let reason = format!("dense retrieval is unavailable: {e:#}");
+            if built {
+                tracing::warn!("{reason}");
+            } else {
+                tracing::info!("{reason}");
+            }
+            for name in ["dense", "hybrid"] {
+                if !config.backends.contains_key(name) {
+                    d.set_unavailable(name, reason.clone());
+                }
+            }
+        }
+    }
 }

@@ -16,13 +16,18 @@ use utoipa::{Modify, OpenApi};
         title = "seeker",
         description = "OpenAI-compatible server for search-augmented reasoning policies \
                        (Search-R1, RAG-R1, R1-Searcher). Chat completions run the policy's \
-                       search loop; `/retrieve` speaks the Search-R1 retriever protocol.",
+                       search loop; `/retrieve`, `/search`, `/batch_search` and `/queries` \
+                       speak the Search-R1, FlashRAG (ReCall) and R1-Searcher retriever \
+                       protocols.",
         license(name = "Apache-2.0")
     ),
     paths(
         super::chat::chat_completions,
         super::responses::create_response,
         super::retrieve::retrieve,
+        super::retrieve::search,
+        super::retrieve::batch_search,
+        super::retrieve::queries,
         super::models,
         super::model,
         super::health,

@@ -23,6 +23,7 @@
 //! | `request_timeout` | 504 | server_error | `server.request_timeout_s` passed |
 //! | `body_timeout` | 408 | invalid_request_error | the body did not arrive within `server.body_timeout_s` |
 //! | `engine_error` | 500 | server_error | the engine failed (cause in the log) |
+//! | `search_failed` | 502 | server_error | `/search` only: its one query's backend failed (the reason in the message) |
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -76,6 +77,7 @@ error_codes! {
     RequestTimeout => ("request_timeout", GATEWAY_TIMEOUT, "server_error");
     BodyTimeout => ("body_timeout", REQUEST_TIMEOUT, "invalid_request_error");
     EngineFailure => ("engine_error", INTERNAL_SERVER_ERROR, "server_error");
+    SearchFailed => ("search_failed", BAD_GATEWAY, "server_error");
 }
 
 /// An error response.

@@ -286,13 +286,7 @@ impl Tools {
         }
         let search = &self.state.search;
         if let Some(b) = &args.backend {
-            if !search.has_backend(b) {
-                return Err(format!(
-                    "unknown search backend `{}`; this server has: {}",
-                    super::error::clip(b),
-                    search.backend_names().join(", ")
-                ));
-            }
+            search.check_backend(b)?;
         }
         let found = search
             .search_round(args.backend.as_deref(), &args.queries, k as usize)

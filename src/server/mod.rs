@@ -96,6 +96,24 @@ pub fn app(state: Arc<AppState>) -> Router {
                 .layer(body_limit)
                 .layer(limited.clone()),
         )
+        .route(
+            "/search",
+            post(retrieve::search)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
+        .route(
+            "/batch_search",
+            post(retrieve::batch_search)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
+        .route(
+            "/queries",
+            post(retrieve::queries)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
         .merge(
             // The host check runs first, then the concurrency limit.
             Router::new()

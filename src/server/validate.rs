@@ -314,15 +314,10 @@ pub(crate) fn validate(
     let mut backend_choice = None;
     if let Some(search) = &req.search {
         if let Some(backend) = &search.backend {
-            if !state.search.has_backend(backend) {
-                return Err(ApiError::invalid_field(
-                    "search.backend",
-                    format!(
-                        "unknown search backend `{backend}`; this server has: {}",
-                        state.search.backend_names().join(", ")
-                    ),
-                ));
-            }
+            state
+                .search
+                .check_backend(backend)
+                .map_err(|message| ApiError::invalid_field("search.backend", message))?;
             backend_choice = Some(backend.clone());
         }
         if let Some(k) = search.top_k {

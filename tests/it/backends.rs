@@ -18,6 +18,8 @@ use seeker::engine::scripted::ScriptedEngine;
 use seeker::rollout::{run, RolloutContext, RolloutEvent, RolloutRequest};
 use seeker::search::bm25::{build_index, Bm25Backend, Bm25Index};
 use seeker::search::dispatch::{BackendLimits, DispatchConfig, Dispatcher, QueryResult};
+use seeker::search::flashrag::FlashragBackend;
+use seeker::search::r1searcher::R1SearcherBackend;
 use seeker::search::retriever::RetrieverBackend;
 use seeker::search::web::BingBackend;
 use seeker::search::SearchError;
@@ -549,6 +551,175 @@ async fn seekers_own_index_serves_post_retrieve_and_a_retriever_backend_reads_it
     );
 }
 
+/// FlashRAG's `/search` and `/batch_search` (ReCall's retriever) and
+/// R1-Searcher's `/queries`, served by seeker's own index in each reference
+/// server's shape, then read back by the matching client backends.
+#[tokio::test]
+async fn seekers_own_index_serves_flashrag_and_r1_searcher_shapes_and_their_backends_read_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut d = Dispatcher::single(
+        "tantivy",
+        Arc::new(Bm25Backend::new(Arc::new(small_index(dir.path())))),
+    );
+    // A second backend that fails, chosen per request with `backend`.
+    let (_, stub) = start_stub().await;
+    d.add(
+        "down",
+        Arc::new(RetrieverBackend::new(&format!("http://{stub}/missing"))),
+        BackendLimits {
+            retries: 0,
+            ..BackendLimits::default()
+        },
+    );
+    let addr = serve(app(server_state(d))).await;
+    let client = reqwest::Client::new();
+    let base = format!("http://{addr}");
+
+    // /search: `[docs]`, or `[docs, scores]`; top_n defaults to 10.
+    let plain: Value = post_json(
+        &client,
+        &format!("{base}/search"),
+        &json!({"query": "Mona Lisa painter"}),
+    )
+    .await;
+    assert_eq!(plain[0]["id"], "0");
+    assert_eq!(
+        plain[0]["contents"],
+        "\"Mona Lisa\"\nThe Mona Lisa is a portrait painting by Leonardo da Vinci."
+    );
+    let scored: Value = post_json(
+        &client,
+        &format!("{base}/search"),
+        &json!({"query": "capital of France", "top_n": 1, "return_score": true}),
+    )
+    .await;
+    assert_eq!(scored.as_array().unwrap().len(), 2, "{scored}");
+    assert_eq!(scored[0][0]["title"], "Paris");
+    assert!(scored[1][0].as_f64().unwrap() > 0.0, "{scored}");
+
+    // /batch_search: one list per query, in order; the tuple form with scores.
+    let batch: Value = post_json(
+        &client,
+        &format!("{base}/batch_search"),
+        &json!({"query": ["capital of France", "Mona Lisa"], "top_n": 1, "return_score": true}),
+    )
+    .await;
+    assert_eq!(batch[0][0][0]["title"], "Paris", "{batch}");
+    assert_eq!(batch[0][1][0]["title"], "Mona Lisa", "{batch}");
+    assert_eq!(batch[1].as_array().unwrap().len(), 2);
+
+    // /queries: answers as strings, the queries echoed.
+    let r1: Value = post_json(
+        &client,
+        &format!("{base}/queries"),
+        &json!({"queries": ["Mona Lisa painter", "capital of France"], "k": 1}),
+    )
+    .await;
+    assert_eq!(r1["queries"][1], "capital of France");
+    assert_eq!(
+        r1["answers"][0][0],
+        "\"Mona Lisa\"\nThe Mona Lisa is a portrait painting by Leonardo da Vinci."
+    );
+    assert!(r1.get("errors").is_none());
+
+    // A failing backend: /search answers 502 with the reason, /queries gives
+    // the query an empty list and says why, /batch_search an empty list.
+    let r = client
+        .post(format!("{base}/search"))
+        .json(&json!({"query": "x", "backend": "down"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 502);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "search_failed", "{e}");
+    let r1: Value = post_json(
+        &client,
+        &format!("{base}/queries"),
+        &json!({"queries": ["x"], "backend": "down"}),
+    )
+    .await;
+    assert_eq!(r1["answers"], json!([[]]));
+    assert!(r1["errors"][0].as_str().unwrap().contains("404"), "{r1}");
+    let batch: Value = post_json(
+        &client,
+        &format!("{base}/batch_search"),
+        &json!({"query": ["x"], "backend": "down"}),
+    )
+    .await;
+    assert_eq!(batch, json!([[]]));
+
+    // Bad input: the API's error shape, naming the field.
+    for (route, bad, param) in [
+        ("search", json!({"query": "  "}), "query"),
+        ("search", json!({"query": "x", "top_n": 0}), "top_n"),
+        (
+            "search",
+            json!({"query": "x", "backend": "nope"}),
+            "backend",
+        ),
+        ("batch_search", json!({"query": ["a", ""]}), "query[1]"),
+        ("batch_search", json!({"query": "a"}), "query"),
+        ("queries", json!({"queries": ["a"], "k": 51}), "k"),
+        ("queries", json!({"k": 3}), "queries"),
+        (
+            "retrieve",
+            json!({"queries": ["a"], "backend": "nope"}),
+            "backend",
+        ),
+    ] {
+        let response = client
+            .post(format!("{base}/{route}"))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{route} {bad}");
+        let e: Value = response.json().await.unwrap();
+        assert_eq!(e["error"]["param"], param, "{route} {bad}: {e}");
+    }
+
+    // Their client backends read these routes (as they would ReCall's or
+    // R1-Searcher's own servers).
+    let mut d = Dispatcher::new(config(2000, 3000));
+    d.add(
+        "flashrag",
+        Arc::new(FlashragBackend::new(&format!("{base}/search"))),
+        BackendLimits::default(),
+    );
+    d.add(
+        "r1",
+        Arc::new(R1SearcherBackend::new(&format!("{base}/queries"))),
+        BackendLimits::default(),
+    );
+    for name in ["flashrag", "r1"] {
+        let results = d
+            .search_round(
+                Some(name),
+                &queries(&["Mona Lisa painter", "capital of France"]),
+                1,
+            )
+            .await;
+        let docs = results[0].result.as_ref().unwrap();
+        assert_eq!(docs[0].title, "Mona Lisa", "{name}");
+        assert_eq!(
+            docs[0].text,
+            "The Mona Lisa is a portrait painting by Leonardo da Vinci."
+        );
+        assert_eq!(
+            results[1].result.as_ref().unwrap()[0].title,
+            "Paris",
+            "{name}"
+        );
+    }
+    let flashrag = d
+        .search_round(Some("flashrag"), &queries(&["Mona Lisa"]), 1)
+        .await;
+    let docs = flashrag[0].result.as_ref().unwrap();
+    assert_eq!(docs[0].id, "0", "FlashRAG keeps the server's ids");
+    assert!(docs[0].score > 0.0, "and its scores");
+}
+
 #[tokio::test]
 async fn a_document_can_neither_close_the_block_nor_start_a_search() {
     let dir = tempfile::tempdir().unwrap();
@@ -743,6 +914,54 @@ fn backends_come_from_the_config_and_a_missing_key_names_its_variable() {
     .unwrap();
     assert_eq!(d.backend_names(), ["bing", "tantivy"]);
     assert_eq!(d.default_backend(), "bing");
+}
+
+/// Without a dense index the built-in `dense` and `hybrid` are not listed,
+/// and a request naming one is told how to build it; a config's own backend
+/// of that name (a remote e5 retriever, say) takes the name instead.
+#[test]
+fn dense_without_an_index_says_how_to_build_it_and_a_configured_dense_wins() {
+    use seeker::config::{BackendConfig, BackendKind, SearchConfig};
+    let dir = tempfile::tempdir().unwrap();
+    small_index(dir.path());
+    let config = SearchConfig {
+        index: dir.path().join("index"),
+        ..SearchConfig::default()
+    };
+    let d = seeker::search::dispatcher_from_config(&config, &Default::default(), |_| None).unwrap();
+    assert_eq!(d.backend_names(), ["tantivy"]);
+    for name in ["dense", "hybrid"] {
+        let err = d.check_backend(name).unwrap_err();
+        assert!(err.contains(&format!("`{name}` is unavailable")), "{err}");
+        assert!(
+            err.contains("seeker index --dense") || err.contains("fetch-defaults.sh"),
+            "names the fix: {err}"
+        );
+    }
+    let err = d.check_backend("bm25").unwrap_err();
+    assert!(
+        err.contains("unknown search backend `bm25`") && err.contains("tantivy"),
+        "{err}"
+    );
+
+    let remote = BackendConfig {
+        kind: BackendKind::Retriever,
+        url: Some("http://127.0.0.1:9/retrieve".into()),
+        index: None,
+        api_key_env: None,
+        market: None,
+        concurrency: 2,
+        requests_per_second: 0,
+        retries: 0,
+    };
+    let config = SearchConfig {
+        backends: [("dense".to_string(), remote)].into(),
+        ..config
+    };
+    let d = seeker::search::dispatcher_from_config(&config, &Default::default(), |_| None).unwrap();
+    assert_eq!(d.backend_names(), ["dense", "tantivy"]);
+    assert!(d.check_backend("dense").is_ok());
+    assert!(d.check_backend("hybrid").is_err());
 }
 
 #[tokio::test]

@@ -634,6 +634,9 @@ async fn the_committed_openapi_spec_is_the_generated_one() {
         "/v1/chat/completions",
         "/v1/models",
         "/retrieve",
+        "/search",
+        "/batch_search",
+        "/queries",
         "/health",
         "/metrics",
     ] {

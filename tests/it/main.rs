@@ -38,6 +38,7 @@
 mod backends;
 mod client_tools;
 mod common;
+mod dense;
 mod e2e;
 mod faults;
 mod http;

@@ -1,0 +1,572 @@
+//! The dense index: one embedding per document of a BM25 index, stored beside
+//! it, searched by inner product; and the `dense` and `hybrid` backends.
+//!
+//! Layout: `<index>/dense/seeker-dense.json` (the [`DenseManifest`]) and
+//! `<index>/dense/vectors.f32` (`rows × dim` little-endian `f32`, row `i` the
+//! `i`-th document of the BM25 index, see [`Bm25Index::documents_at`]). A
+//! document is embedded as Search-R1's and FlashRAG's corpora give it to
+//! their encoders: `"{title}"\n{text}`, after the encoder's passage prefix.
+//! Rebuilding the BM25 index removes the dense index with it (it lives inside);
+//! one built from another corpus or another encoder is refused at open.
+//!
+//! Search is exact: every row's inner product with the query (one
+//! matrix-vector product), top-k kept in a heap; `bench/README.md` has the
+//! figures.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::bm25::{Bm25Index, IndexError};
+use super::embed::{EmbedError, Embedder, EncoderSpec};
+use super::{Document, SearchBackend, SearchError};
+
+/// Directory of the dense index inside a BM25 index directory.
+pub const DENSE_DIR: &str = "dense";
+/// The dense index's manifest file.
+pub const DENSE_MANIFEST: &str = "seeker-dense.json";
+const VECTORS_FILE: &str = "vectors.f32";
+/// Bumped when the file layout or the passage text changes.
+pub const DENSE_FORMAT: u32 = 1;
+
+/// Errors building or opening a dense index.
+#[derive(Debug, thiserror::Error)]
+pub enum DenseError {
+    #[error("{path}: {error}")]
+    Io {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    #[error("dense index: {0}")]
+    Tensor(#[from] candle_core::Error),
+    /// No dense index, or one that does not belong to this BM25 index or
+    /// encoder; the message says how to build the right one.
+    #[error("{path}: {reason}; build it with `seeker index --dense MODEL_DIR --index {index}`")]
+    Unusable {
+        path: PathBuf,
+        index: PathBuf,
+        reason: String,
+    },
+}
+
+/// What a dense index was built from and with.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct DenseManifest {
+    pub format: u32,
+    /// The BM25 index's corpus hash ([`super::bm25::Manifest::corpus_sha256`]).
+    pub corpus_sha256: String,
+    pub rows: usize,
+    pub encoder: EncoderSpec,
+    /// The model directory it was built with (informational).
+    pub model: String,
+    /// Seconds the build took.
+    pub seconds: f64,
+}
+
+/// A built index: figures for the command line.
+#[derive(Clone, Debug)]
+pub struct DenseStats {
+    pub rows: usize,
+    pub dim: usize,
+    pub seconds: f64,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DenseError + '_ {
+    move |error| DenseError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// Embeds every document of the BM25 index in `index_dir` with `embedder`,
+/// `batch` passages per forward pass (shortest first, so padding stays
+/// small), and writes `<index_dir>/dense`. Written to a temporary directory
+/// and moved into place at the end: an interrupted build leaves the old
+/// dense index (or none) intact. `on_progress(done, total)` follows each
+/// batch; batches run one per core.
+///
+/// # Errors
+/// An index that does not open, encoder failures, I/O.
+pub fn build_dense(
+    index_dir: &Path,
+    embedder: &Embedder,
+    batch: usize,
+    on_progress: impl Fn(usize, usize) + Sync,
+) -> Result<DenseStats, DenseError> {
+    let started = Instant::now();
+    let index = Bm25Index::open(index_dir)?;
+    let rows = index.row_count();
+    let all: Vec<(usize, f32)> = (0..rows).map(|r| (r, 0.0)).collect();
+    let docs = index.documents_at(&all)?;
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|d| format!("\"{}\"\n{}", d.title, d.text))
+        .collect();
+    drop(docs);
+    let mut order: Vec<usize> = (0..rows).collect();
+    order.sort_by_key(|&i| texts[i].len());
+    let dim = embedder.spec().dim;
+    let batch = batch.max(1);
+    let batches: Vec<&[usize]> = order.chunks(batch).collect();
+    // One worker per core, each a batch at a time: candle's own threading
+    // (gemm's) gains little on BERT-sized matrices (measured: 2 threads 1.19x
+    // one on 2 cores), a batch per core gains more.
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(batches.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::Mutex::new((vec![0f32; rows * dim], 0usize));
+    let failed: std::sync::Mutex<Option<EmbedError>> = std::sync::Mutex::new(None);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(chunk) = batches.get(i) else { break };
+                if failed
+                    .lock()
+                    .expect("no worker panics holding it")
+                    .is_some()
+                {
+                    break;
+                }
+                let refs: Vec<&str> = chunk.iter().map(|&r| texts[r].as_str()).collect();
+                match embedder.embed_passages(&refs) {
+                    Ok(out) => {
+                        let mut guard = done.lock().expect("no worker panics holding it");
+                        let (vectors, count) = &mut *guard;
+                        for (&row, v) in chunk.iter().zip(out) {
+                            vectors[row * dim..(row + 1) * dim].copy_from_slice(&v);
+                        }
+                        *count += chunk.len();
+                        on_progress(*count, rows);
+                    }
+                    Err(e) => {
+                        *failed.lock().expect("no worker panics holding it") = Some(e);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().expect("workers joined") {
+        return Err(e.into());
+    }
+    let vectors = done.into_inner().expect("workers joined").0;
+
+    let dense_dir = index_dir.join(DENSE_DIR);
+    crate::tempfiles::remove_stale(index_dir, ".dense.tmp-");
+    let tmp = index_dir.join(format!(".dense.tmp-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    let vectors_path = tmp.join(VECTORS_FILE);
+    let file = std::fs::File::create(&vectors_path).map_err(io(&vectors_path))?;
+    let mut w = BufWriter::new(file);
+    for x in &vectors {
+        w.write_all(&x.to_le_bytes()).map_err(io(&vectors_path))?;
+    }
+    w.flush().map_err(io(&vectors_path))?;
+    let seconds = started.elapsed().as_secs_f64();
+    let manifest = DenseManifest {
+        format: DENSE_FORMAT,
+        corpus_sha256: index.manifest().corpus_sha256.clone(),
+        rows,
+        encoder: embedder.spec().clone(),
+        model: embedder.dir().display().to_string(),
+        seconds,
+    };
+    let manifest_path = tmp.join(DENSE_MANIFEST);
+    let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
+    std::fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
+    if dense_dir.exists() {
+        std::fs::remove_dir_all(&dense_dir).map_err(io(&dense_dir))?;
+    }
+    std::fs::rename(&tmp, &dense_dir).map_err(io(&dense_dir))?;
+    Ok(DenseStats { rows, dim, seconds })
+}
+
+/// An open dense index, held in memory (`rows × dim × 4` bytes) as one
+/// `(rows, dim)` matrix: a query's scores are one matrix-vector product
+/// (candle's gemm, SIMD and threaded).
+pub struct DenseIndex {
+    matrix: candle_core::Tensor,
+    dim: usize,
+    manifest: DenseManifest,
+}
+
+impl std::fmt::Debug for DenseIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DenseIndex")
+            .field("manifest", &self.manifest)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A row and its score, ordered so that a `BinaryHeap` pops the worst first.
+#[derive(PartialEq)]
+struct Hit(f32, usize);
+impl Eq for Hit {}
+impl PartialOrd for Hit {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Hit {
+    fn cmp(&self, other: &Self) -> Ordering {
+        // Reversed: the heap's top is the lowest score (ties: the later row).
+        other
+            .0
+            .total_cmp(&self.0)
+            .then_with(|| self.1.cmp(&other.1))
+    }
+}
+
+impl DenseIndex {
+    /// Opens `<index_dir>/dense` for the BM25 index `bm25` (opened from the
+    /// same directory) and the encoder `spec`.
+    ///
+    /// # Errors
+    /// [`DenseError::Unusable`] when there is no dense index, or it was built
+    /// from another corpus, for another number of documents, or with another
+    /// encoder; I/O errors.
+    pub fn open(
+        index_dir: &Path,
+        bm25: &Bm25Index,
+        spec: &EncoderSpec,
+    ) -> Result<Self, DenseError> {
+        let dir = index_dir.join(DENSE_DIR);
+        let unusable = |reason: String| DenseError::Unusable {
+            path: dir.clone(),
+            index: index_dir.to_path_buf(),
+            reason,
+        };
+        let manifest_path = dir.join(DENSE_MANIFEST);
+        let manifest: DenseManifest = match std::fs::read(&manifest_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| unusable(format!("unreadable {DENSE_MANIFEST}: {e}")))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(unusable("no dense index here".into()))
+            }
+            Err(e) => return Err(io(&manifest_path)(e)),
+        };
+        if manifest.format != DENSE_FORMAT {
+            return Err(unusable(format!(
+                "dense format {} but this seeker reads format {DENSE_FORMAT}",
+                manifest.format
+            )));
+        }
+        if manifest.corpus_sha256 != bm25.manifest().corpus_sha256 {
+            return Err(unusable(
+                "built from another corpus than the BM25 index".into(),
+            ));
+        }
+        if manifest.rows != bm25.row_count() {
+            return Err(unusable(format!(
+                "{} rows but the BM25 index holds {} documents",
+                manifest.rows,
+                bm25.row_count()
+            )));
+        }
+        if manifest.encoder != *spec {
+            return Err(unusable(format!(
+                "built with another encoder or other encoder settings ({} from {}); \
+                 rebuild it, or set [search.dense] to match",
+                short(&manifest.encoder.fingerprint),
+                manifest.model
+            )));
+        }
+        let path = dir.join(VECTORS_FILE);
+        let mut bytes = Vec::new();
+        std::fs::File::open(&path)
+            .and_then(|mut f| f.read_to_end(&mut bytes))
+            .map_err(io(&path))?;
+        let dim = spec.dim;
+        if bytes.len() != manifest.rows * dim * 4 {
+            return Err(unusable(format!(
+                "{VECTORS_FILE} holds {} bytes, expected {} rows × {dim} × 4",
+                bytes.len(),
+                manifest.rows
+            )));
+        }
+        let vectors: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        drop(bytes);
+        Ok(Self::from_vectors(vectors, dim, manifest)?)
+    }
+
+    /// What it was built from.
+    pub fn manifest(&self) -> &DenseManifest {
+        &self.manifest
+    }
+
+    fn from_vectors(
+        vectors: Vec<f32>,
+        dim: usize,
+        manifest: DenseManifest,
+    ) -> Result<Self, candle_core::Error> {
+        let rows = vectors.len() / dim.max(1);
+        let matrix =
+            candle_core::Tensor::from_vec(vectors, (rows, dim), &candle_core::Device::Cpu)?;
+        Ok(Self {
+            matrix,
+            dim,
+            manifest,
+        })
+    }
+
+    /// The `k` rows with the highest inner product with `query` (a vector of
+    /// the index's dimension), best first, with their scores; none for a
+    /// query of another length.
+    ///
+    /// # Errors
+    /// candle failures (none expected for a well-formed index).
+    pub fn search(&self, query: &[f32], k: usize) -> Result<Vec<(usize, f32)>, candle_core::Error> {
+        if k == 0 || query.len() != self.dim || self.manifest.rows == 0 {
+            return Ok(Vec::new());
+        }
+        let q = candle_core::Tensor::from_slice(query, (self.dim, 1), &candle_core::Device::Cpu)?;
+        let scores = self.matrix.matmul(&q)?.squeeze(1)?.to_vec1::<f32>()?;
+        let mut heap = BinaryHeap::with_capacity(k + 1);
+        for (row, &s) in scores.iter().enumerate() {
+            if heap.len() < k {
+                heap.push(Hit(s, row));
+            } else if heap.peek().is_some_and(|worst: &Hit| s > worst.0) {
+                heap.pop();
+                heap.push(Hit(s, row));
+            }
+        }
+        let mut hits: Vec<(usize, f32)> = heap.into_iter().map(|Hit(s, r)| (r, s)).collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(hits)
+    }
+}
+
+fn short(fingerprint: &str) -> String {
+    format!("encoder {}", &fingerprint[..fingerprint.len().min(12)])
+}
+
+/// The `dense` backend: the query embedded, the dense index searched, the
+/// documents read from the BM25 index; all on the blocking pool. Scores are
+/// cosine similarities.
+pub struct DenseBackend {
+    bm25: Arc<Bm25Index>,
+    dense: Arc<DenseIndex>,
+    embedder: Arc<Embedder>,
+}
+
+impl DenseBackend {
+    pub fn new(bm25: Arc<Bm25Index>, dense: Arc<DenseIndex>, embedder: Arc<Embedder>) -> Self {
+        Self {
+            bm25,
+            dense,
+            embedder,
+        }
+    }
+}
+
+#[async_trait]
+impl SearchBackend for DenseBackend {
+    async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
+        if query.trim().is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let (bm25, dense, embedder) = (
+            Arc::clone(&self.bm25),
+            Arc::clone(&self.dense),
+            Arc::clone(&self.embedder),
+        );
+        let q = query.to_string();
+        let work = move || -> Result<Vec<Document>, SearchError> {
+            let v = embedder
+                .embed_queries(&[&q])
+                .map_err(|e| SearchError::Backend(e.to_string()))?;
+            let hits = dense
+                .search(&v[0], k)
+                .map_err(|e| SearchError::Backend(format!("dense search: {e}")))?;
+            bm25.documents_at(&hits)
+                .map_err(|e| SearchError::Backend(e.to_string()))
+        };
+        match tokio::task::spawn_blocking(work).await {
+            Ok(r) => r,
+            Err(e) => Err(SearchError::Backend(format!("search worker failed: {e}"))),
+        }
+    }
+}
+
+/// `[search.hybrid]`: how the `hybrid` backend fuses its two retrievals.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HybridConfig {
+    /// Reciprocal-rank fusion constant: a document at rank `r` (from 1) of a
+    /// list scores `weight / (rrf_k + r)` (Cormack et al., SIGIR 2009, use 60).
+    pub rrf_k: f32,
+    pub bm25_weight: f32,
+    pub dense_weight: f32,
+    /// Documents taken from each retrieval before fusing (at least top-k).
+    pub candidates: usize,
+}
+
+impl Default for HybridConfig {
+    fn default() -> Self {
+        Self {
+            rrf_k: 60.0,
+            bm25_weight: 1.0,
+            dense_weight: 1.0,
+            candidates: 20,
+        }
+    }
+}
+
+/// The `hybrid` backend: BM25 and dense retrievals of the query run
+/// concurrently, fused by reciprocal rank ([`HybridConfig`]); a document's
+/// score is its fused score. When one retrieval fails the other's list is
+/// returned alone; when both fail, the BM25 error.
+pub struct HybridBackend {
+    bm25: Arc<dyn SearchBackend>,
+    dense: Arc<dyn SearchBackend>,
+    config: HybridConfig,
+}
+
+impl HybridBackend {
+    pub fn new(
+        bm25: Arc<dyn SearchBackend>,
+        dense: Arc<dyn SearchBackend>,
+        config: HybridConfig,
+    ) -> Self {
+        Self {
+            bm25,
+            dense,
+            config,
+        }
+    }
+}
+
+/// Reciprocal-rank fusion of ranked lists `(weight, documents)`; documents are
+/// the same when their ids are. Ties keep the order of first appearance.
+pub fn fuse(lists: &[(f32, Vec<Document>)], rrf_k: f32, k: usize) -> Vec<Document> {
+    let mut scores: HashMap<&str, (f32, usize)> = HashMap::new();
+    let mut docs: Vec<&Document> = Vec::new();
+    for (weight, list) in lists {
+        for (rank, d) in list.iter().enumerate() {
+            let add = weight / (rrf_k + rank as f32 + 1.0);
+            match scores.get_mut(d.id.as_str()) {
+                Some((s, _)) => *s += add,
+                None => {
+                    scores.insert(&d.id, (add, docs.len()));
+                    docs.push(d);
+                }
+            }
+        }
+    }
+    let mut ranked: Vec<(f32, usize)> = scores.into_values().collect();
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    ranked
+        .into_iter()
+        .take(k)
+        .map(|(score, i)| Document {
+            score,
+            ..docs[i].clone()
+        })
+        .collect()
+}
+
+#[async_trait]
+impl SearchBackend for HybridBackend {
+    async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
+        let depth = k.max(self.config.candidates);
+        let (sparse, dense) = tokio::join!(
+            self.bm25.search(query, depth),
+            self.dense.search(query, depth)
+        );
+        let lists = match (sparse, dense) {
+            (Ok(s), Ok(d)) => vec![(self.config.bm25_weight, s), (self.config.dense_weight, d)],
+            (Ok(s), Err(e)) => {
+                tracing::warn!(error = %e, "hybrid: dense retrieval failed; BM25 alone");
+                vec![(self.config.bm25_weight, s)]
+            }
+            (Err(e), Ok(d)) => {
+                tracing::warn!(error = %e, "hybrid: BM25 retrieval failed; dense alone");
+                vec![(self.config.dense_weight, d)]
+            }
+            (Err(e), Err(_)) => return Err(e),
+        };
+        Ok(fuse(&lists, self.config.rrf_k, k))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(id: &str) -> Document {
+        Document {
+            id: id.into(),
+            title: id.into(),
+            ..Document::default()
+        }
+    }
+
+    #[test]
+    fn fusion_rewards_documents_both_lists_rank() {
+        let bm25 = vec![doc("a"), doc("b"), doc("c")];
+        let dense = vec![doc("c"), doc("d"), doc("a")];
+        let fused = fuse(&[(1.0, bm25), (1.0, dense)], 60.0, 3);
+        let ids: Vec<&str> = fused.iter().map(|d| d.id.as_str()).collect();
+        // a: 1/61 + 1/63; c: 1/63 + 1/61 (a first: seen first); then b (1/62) over d (1/62, later).
+        assert_eq!(ids, ["a", "c", "b"]);
+        assert!((fused[0].score - (1.0 / 61.0 + 1.0 / 63.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn weights_tilt_the_fusion() {
+        let fused = fuse(&[(1.0, vec![doc("a")]), (3.0, vec![doc("b")])], 60.0, 2);
+        assert_eq!(fused[0].id, "b");
+    }
+
+    #[test]
+    fn exact_search_returns_the_best_rows_in_order() {
+        let index = DenseIndex::from_vectors(
+            vec![1.0, 0.0, 0.0, 1.0, 0.6, 0.8, -1.0, 0.0],
+            2,
+            DenseManifest {
+                format: DENSE_FORMAT,
+                corpus_sha256: String::new(),
+                rows: 4,
+                encoder: EncoderSpec {
+                    fingerprint: String::new(),
+                    dim: 2,
+                    pooling: super::super::embed::Pooling::Mean,
+                    query_prefix: String::new(),
+                    passage_prefix: String::new(),
+                    max_length: 8,
+                },
+                model: String::new(),
+                seconds: 0.0,
+            },
+        )
+        .unwrap();
+        let hits = index.search(&[0.8, 0.6], 3).unwrap();
+        let rows: Vec<usize> = hits.iter().map(|h| h.0).collect();
+        assert_eq!(rows, [2, 0, 1]);
+        assert!((hits[0].1 - 0.96).abs() < 1e-6);
+        assert!(
+            index.search(&[1.0], 3).unwrap().is_empty(),
+            "a wrong-sized query finds nothing"
+        );
+        assert_eq!(index.search(&[1.0, 0.0], 10).unwrap().len(), 4);
+    }
+}
