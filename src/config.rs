@@ -290,7 +290,8 @@ pub struct DenseConfig {
     /// A local Hugging Face directory (config.json, model.safetensors,
     /// tokenizer.json); empty turns dense retrieval off.
     pub model: PathBuf,
-    /// Passages per forward pass when `seeker index --dense` builds.
+    /// Passages per forward pass when `seeker index --dense` builds, and the
+    /// most concurrent queries the `dense` backend embeds in one pass.
     pub batch_size: usize,
     pub query_prefix: Option<String>,
     pub passage_prefix: Option<String>,
@@ -607,16 +608,17 @@ impl Config {
             let Some(rest) = var.strip_prefix("SEEKER_") else {
                 continue;
             };
-            let Some((section, key)) = rest.split_once("__") else {
+            // SECTION__KEY, or deeper: SEARCH__DENSE__MODEL is search.dense.model.
+            let path: Vec<String> = rest.split("__").map(str::to_ascii_lowercase).collect();
+            if path.len() < 2 {
                 continue;
-            };
-            let (section, key) = (section.to_ascii_lowercase(), key.to_ascii_lowercase());
-            let value =
-                env_value(&defaults[&section][&key], &raw).map_err(|message| ConfigError::Env {
-                    var: var.clone(),
-                    message,
-                })?;
-            figment = figment.merge((format!("{section}.{key}"), value));
+            }
+            let default = path.iter().fold(&defaults, |v, part| &v[part.as_str()]);
+            let value = env_value(default, &raw).map_err(|message| ConfigError::Env {
+                var: var.clone(),
+                message,
+            })?;
+            figment = figment.merge((path.join("."), value));
         }
         let config: Config = figment.extract().map_err(|e| {
             ConfigError::Invalid(
@@ -989,10 +991,12 @@ mod tests {
                 ("SEEKER_SERVER__PORT", "9000"),
                 ("SEEKER_MODEL__ID", "12345"),
                 ("SEEKER_POLICY__DEFAULT", "true"),
+                ("SEEKER_SEARCH__DENSE__BATCH_SIZE", "4"),
                 ("SEEKER_BIN", "ignored"),
             ]),
         )
         .unwrap();
+        assert_eq!(config.search.dense.batch_size, 4);
         assert_eq!(config.server.port, 9000);
         // String settings stay strings, whatever they look like.
         assert_eq!(config.model.id, "12345");

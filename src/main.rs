@@ -147,7 +147,8 @@ struct EvalArgs {
     /// Sampling temperature; 0 is greedy and reproducible.
     #[arg(long, default_value_t = 0.0)]
     temperature: f64,
-    /// Questions in flight at once.
+    /// Questions in flight at once (with --retrieval-only: search rounds in
+    /// flight, for latency under load).
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
     /// Skip the first N questions (after the evidence filter): held-out
@@ -182,6 +183,11 @@ struct EvalArgs {
     /// report the answer recall of its top-k (what a question search splices).
     #[arg(long)]
     retrieval_only: bool,
+    /// With --retrieval-only: search each question with the queries the
+    /// model wrote in an earlier run (that run's --out JSONL) instead of its
+    /// text.
+    #[arg(long, requires = "retrieval_only")]
+    queries_from: Option<PathBuf>,
     /// Index for --retrieval-only.
     #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
     index: PathBuf,
@@ -425,14 +431,16 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
     let target = if args.retrieval_only {
         let mut search = Config::load(args.config.as_deref(), std::env::vars())?.search;
         search.index = args.index;
-        Target::Retrieval {
+        Target::Retrieval(seeker::eval::job::Retrieval {
             backend: args
                 .backend
                 .clone()
                 .unwrap_or_else(|| search.default.clone()),
             search,
             k: args.top_k.unwrap_or(3),
-        }
+            clients: args.concurrency,
+            queries_from: args.queries_from,
+        })
     } else {
         Target::Server(seeker::eval::EvalConfig {
             url: args.url.trim_end_matches('/').to_string(),

@@ -33,19 +33,35 @@ pub struct Job {
     pub out: Option<PathBuf>,
 }
 
+/// A retrieval-only run.
+#[derive(Clone, Debug)]
+pub struct Retrieval {
+    /// `[search]`, whose `index` is the local index.
+    pub search: crate::config::SearchConfig,
+    /// The backend searched (a name the dispatcher of `search` has).
+    pub backend: String,
+    /// Documents per query.
+    pub k: usize,
+    /// Questions searched at once (each its own round), for latency under
+    /// load; 1 measures one client.
+    pub clients: usize,
+    /// Per-question JSONL of an earlier `seeker eval` run: each question is
+    /// searched with the queries the model wrote there (`search_queries`,
+    /// all in one round, as the rollout searched them) instead of its text,
+    /// and a hit in any query's top-k counts. Questions the model searched
+    /// for nothing are left out (and counted).
+    pub queries_from: Option<PathBuf>,
+}
+
 /// What answers the questions.
 #[derive(Clone, Debug)]
 pub enum Target {
     /// A running server (seeker, or any OpenAI-compatible one).
     Server(EvalConfig),
     /// Retrieval alone: is a gold answer in the top 1, 3, 5 and `k`
-    /// documents of the question searched on `backend` (a backend of
-    /// `search`, whose `index` is the local index)?
-    Retrieval {
-        search: crate::config::SearchConfig,
-        backend: String,
-        k: usize,
-    },
+    /// documents of the question (or of the model's own queries) searched on
+    /// a backend?
+    Retrieval(Retrieval),
 }
 
 /// Runs `job` against `target`, printing the summary to stdout.
@@ -57,7 +73,7 @@ pub fn run_job(job: &Job, target: Target) -> anyhow::Result<()> {
     let items = load_items(job)?;
     match target {
         Target::Server(config) => ask_server(job, config, &items),
-        Target::Retrieval { search, backend, k } => retrieval(job, &search, &backend, k, &items),
+        Target::Retrieval(r) => retrieval(job, &r, &items),
     }
 }
 
@@ -179,15 +195,44 @@ fn recall_ranks(k: usize) -> Vec<usize> {
     ranks
 }
 
-/// Answer recall of `backend`'s top `k` for each question (and of its top 1,
-/// 3 and 5), searched through the dispatcher as a rollout would.
-fn retrieval(
-    job: &Job,
-    search: &crate::config::SearchConfig,
-    backend: &str,
-    k: usize,
-    items: &[QaItem],
-) -> anyhow::Result<()> {
+/// The model's queries per question id, from an eval run's per-question
+/// JSONL (`search_queries`).
+fn model_queries(path: &Path) -> anyhow::Result<std::collections::HashMap<String, Vec<String>>> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut out = std::collections::HashMap::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), n + 1))?;
+        let id = v["id"].as_str().ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}:{}: no `id` (not a seeker eval output?)",
+                path.display(),
+                n + 1
+            )
+        })?;
+        let queries: Vec<String> = v["search_queries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|q| q.as_str().map(str::to_string))
+            .collect();
+        out.insert(id.to_string(), queries);
+    }
+    Ok(out)
+}
+
+/// Answer recall of a backend's top `k` for each question (and of its top
+/// 1, 3 and 5), searched through the dispatcher as a rollout would, with
+/// `clients` questions in flight; per-round latency mean, p50 and p99.
+fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
+    use futures::StreamExt;
+
+    let (search, backend, k) = (&r.search, r.backend.as_str(), r.k);
     let dispatcher = crate::search::dispatcher_from_config(
         search,
         &crate::config::PagesConfig::default(),
@@ -196,37 +241,76 @@ fn retrieval(
     dispatcher
         .check_backend(backend)
         .map_err(|message| anyhow::anyhow!(message))?;
+    let (asked, unsearched): (Vec<(&QaItem, Vec<String>)>, usize) = match &r.queries_from {
+        None => (
+            items
+                .iter()
+                .map(|i| (i, vec![i.question.clone()]))
+                .collect(),
+            0,
+        ),
+        Some(path) => {
+            let by_id = model_queries(path)?;
+            let asked: Vec<_> = items
+                .iter()
+                .filter_map(|i| {
+                    by_id
+                        .get(&i.id)
+                        .filter(|q| !q.is_empty())
+                        .map(|q| (i, q.clone()))
+                })
+                .collect();
+            let n = asked.len();
+            (asked, items.len() - n)
+        }
+    };
+    anyhow::ensure!(
+        !asked.is_empty(),
+        "no question to search (none of the questions has model queries in the file?)"
+    );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let started = std::time::Instant::now();
+    let rounds: Vec<(f64, Vec<crate::search::dispatch::QueryResult>)> = runtime.block_on(
+        futures::stream::iter(asked.iter().map(|(_, queries)| {
+            let dispatcher = &dispatcher;
+            async move {
+                let t = std::time::Instant::now();
+                let found = dispatcher.search_round(Some(backend), queries, k).await;
+                (t.elapsed().as_secs_f64(), found)
+            }
+        }))
+        .buffered(r.clients.max(1))
+        .collect(),
+    );
+    let wall = started.elapsed().as_secs_f64();
     let ranks = recall_ranks(k);
     let mut found = vec![0usize; ranks.len()];
     let mut failed = 0usize;
     let mut lines = String::new();
-    let mut seconds = Vec::with_capacity(items.len());
-    for item in items {
-        let started = std::time::Instant::now();
-        let result = runtime
-            .block_on(dispatcher.search_round(
-                Some(backend),
-                std::slice::from_ref(&item.question),
-                k,
-            ))
-            .remove(0)
-            .result;
-        seconds.push(started.elapsed().as_secs_f64());
-        let docs = match result {
-            Ok(docs) => docs,
-            Err(e) => {
+    let mut seconds = Vec::with_capacity(rounds.len());
+    for ((item, queries), (secs, results)) in asked.iter().zip(rounds) {
+        seconds.push(secs);
+        // The best rank over the round's queries of a document holding a
+        // gold answer, and every query's documents for the output.
+        let mut first_hit: Option<usize> = None;
+        let mut documents = Vec::with_capacity(results.len());
+        for result in results {
+            let docs = result.result.unwrap_or_else(|e| {
                 failed += 1;
                 tracing::warn!(question = %item.id, error = %e, "retrieval failed");
                 Vec::new()
-            }
-        };
-        // The rank of the first document holding a gold answer.
-        let first_hit = docs
-            .iter()
-            .position(|d| contains_answer(&format!("{} {}", d.title, d.text), &item.golds));
+            });
+            let hit = docs
+                .iter()
+                .position(|d| contains_answer(&format!("{} {}", d.title, d.text), &item.golds));
+            first_hit = match (first_hit, hit) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            documents.push(docs.into_iter().map(|d| d.title).collect::<Vec<_>>());
+        }
         for (i, &r) in ranks.iter().enumerate() {
             found[i] += usize::from(first_hit.is_some_and(|p| p < r));
         }
@@ -234,18 +318,30 @@ fn retrieval(
             "id": item.id,
             "question": item.question,
             "golds": item.golds,
+            "queries": queries,
             "answer_in_documents": first_hit.is_some(),
             "answer_rank": first_hit.map(|p| p + 1),
-            "documents": docs.iter().map(|d| &d.title).collect::<Vec<_>>(),
+            "documents": documents,
         }))?);
         lines.push('\n');
     }
-    let n = items.len();
-    let latency = super::Stats::of(&seconds);
+    let n = seconds.len();
+    let mean = seconds.iter().sum::<f64>() / n as f64;
+    let mut sorted = seconds.clone();
+    sorted.sort_by(f64::total_cmp);
+    let rank = |p: f64| sorted[((p * n as f64).ceil() as usize).clamp(1, n) - 1];
+    let source = if r.queries_from.is_some() {
+        "the model's queries"
+    } else {
+        "the question"
+    };
     println!(
-        "questions {n}\nbackend {backend} (index {})",
+        "questions {n}\nbackend {backend} (index {}), query: {source}",
         search.index.display()
     );
+    if unsearched > 0 {
+        println!("left out: {unsearched} questions the model searched nothing for");
+    }
     for (i, r) in ranks.iter().enumerate() {
         println!(
             "answer recall@{r}: {:.3} ({} of {n})",
@@ -254,8 +350,12 @@ fn retrieval(
         );
     }
     println!(
-        "search seconds per question: mean {:.4}, p50 {:.4}, p90 {:.4}",
-        latency.mean, latency.p50, latency.p90
+        "search ms per round ({} clients): mean {:.1}, p50 {:.1}, p99 {:.1}; {:.1} rounds/s",
+        r.clients.max(1),
+        mean * 1e3,
+        rank(0.5) * 1e3,
+        rank(0.99) * 1e3,
+        n as f64 / wall
     );
     if failed > 0 {
         println!("failed searches: {failed} (counted as misses; see the log)");

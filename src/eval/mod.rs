@@ -74,6 +74,9 @@ pub struct QuestionResult {
     pub searches: Option<usize>,
     /// Queries searched by the model's search calls (not the question search).
     pub queries: Option<usize>,
+    /// Those queries' text, in the order the model wrote them (what
+    /// `seeker eval --retrieval-only --queries-from` scores again).
+    pub search_queries: Option<Vec<String>>,
     /// Generation rounds.
     pub rounds: Option<usize>,
     pub completion_tokens: Option<usize>,
@@ -466,6 +469,14 @@ fn score(item: &QaItem, s: Streamed, started: Instant) -> QuestionResult {
                 .filter(|x| x["round"].as_u64() != Some(0))
                 .map(|x| x["queries"].as_array().map_or(0, Vec::len))
                 .sum()
+        }),
+        search_queries: rounds.as_ref().map(|r| {
+            r.iter()
+                .filter(|x| x["round"].as_u64() != Some(0))
+                .filter_map(|x| x["queries"].as_array())
+                .flatten()
+                .filter_map(|q| q.as_str().map(str::to_string))
+                .collect()
         }),
         rounds: rounds
             .as_ref()

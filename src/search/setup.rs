@@ -145,12 +145,20 @@ fn add_dense(
                 Arc::clone(index),
                 Arc::new(dense_index),
                 Arc::new(embedder),
+                config.dense.batch_size,
             )),
             rows,
         ))
     })();
     match opened {
         Ok((dense_backend, rows)) => {
+            // Concurrent queries are what the query encoder batches: let as
+            // many in as it embeds at once (the matrix search after it is on
+            // the blocking pool).
+            let limits = BackendLimits {
+                concurrency: config.dense.batch_size.max(limits.concurrency),
+                ..limits
+            };
             tracing::info!(model = %model.display(), rows, "dense index ready (backends dense, hybrid)");
             let bm25: Arc<dyn SearchBackend> = Arc::new(bm25::Bm25Backend::new(Arc::clone(index)));
             let hybrid =

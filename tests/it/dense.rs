@@ -223,4 +223,77 @@ async fn index_dense_then_serve_dense_and_hybrid_through_the_real_binary() {
     assert!(!docs.is_empty(), "{v}");
     assert!(docs.iter().all(|d| d["backend"] == "hybrid"), "{v}");
     assert!(docs.iter().any(|d| d["title"] == "Accra"), "{v}");
+
+    drop(server);
+
+    // `seeker eval --retrieval-only` scores a backend, with the question as
+    // query and with queries a model wrote in an earlier run's output.
+    let dataset = tmp.path().join("qa.jsonl");
+    std::fs::write(
+        &dataset,
+        "{\"id\": \"a\", \"question\": \"how it feels to be drunk\", \"answers\": [\"intoxication\"]}\n\
+         {\"id\": \"b\", \"question\": \"What is the capital of Ghana?\", \"answers\": [\"Accra\"]}\n\
+         {\"id\": \"c\", \"question\": \"Which city hosts the Acropolis?\", \"answers\": [\"Athens\"]}\n",
+    )
+    .unwrap();
+    let eval = |extra: &[&str]| {
+        let out = Command::new(SEEKER)
+            .args(["eval", "--retrieval-only", "--top-k", "3", "--dataset"])
+            .arg(&dataset)
+            .arg("--index")
+            .arg(&index)
+            .args(extra)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let report = eval(&["--backend", "dense", "--concurrency", "2"]);
+    assert!(report.contains("questions 3\nbackend dense"), "{report}");
+    assert!(
+        report.contains("answer recall@1: 1.000 (3 of 3)"),
+        "{report}"
+    );
+    assert!(report.contains("(2 clients)"), "{report}");
+    let earlier = tmp.path().join("earlier.jsonl");
+    std::fs::write(
+        &earlier,
+        "{\"id\": \"a\", \"search_queries\": [\"Ghana capital\", \"alcohol intoxication\"]}\n\
+         {\"id\": \"b\", \"search_queries\": []}\n",
+    )
+    .unwrap();
+    let report = eval(&[
+        "--backend",
+        "hybrid",
+        "--queries-from",
+        earlier.to_str().unwrap(),
+    ]);
+    assert!(report.contains("questions 1\n"), "{report}");
+    assert!(report.contains("query: the model's queries"), "{report}");
+    assert!(report.contains("left out: 2 questions"), "{report}");
+    assert!(
+        report.contains("answer recall@3: 1.000 (1 of 1)"),
+        "{report}"
+    );
+    let out = Command::new(SEEKER)
+        .args([
+            "eval",
+            "--retrieval-only",
+            "--backend",
+            "dense",
+            "--dataset",
+        ])
+        .arg(&dataset)
+        .arg("--index")
+        .arg(tmp.path().join("no-index"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no index here"), "{stderr}");
 }
