@@ -293,6 +293,15 @@ pub struct DenseConfig {
     /// Passages per forward pass when `seeker index --dense` builds, and the
     /// most concurrent queries the `dense` backend embeds in one pass.
     pub batch_size: usize,
+    /// Corpora with more documents than this also get an approximate index
+    /// (HNSW) at `seeker index --dense`, searched instead of the exact
+    /// matrix product.
+    pub approximate_above: usize,
+    /// The graph's build parameters (`m`, `ef_construction`).
+    pub hnsw: crate::search::ann::HnswParams,
+    /// Candidates the graph search keeps (at least top-k): recall against
+    /// latency.
+    pub ef_search: usize,
     pub query_prefix: Option<String>,
     pub passage_prefix: Option<String>,
     pub pooling: Option<Pooling>,
@@ -304,6 +313,9 @@ impl Default for DenseConfig {
         Self {
             model: DEFAULT_ENCODER.into(),
             batch_size: 32,
+            approximate_above: DEFAULT_APPROXIMATE_ABOVE,
+            hnsw: crate::search::ann::HnswParams::default(),
+            ef_search: 128,
             query_prefix: None,
             passage_prefix: None,
             pooling: None,
@@ -312,7 +324,21 @@ impl Default for DenseConfig {
     }
 }
 
+/// Above this many documents `seeker index --dense` builds an HNSW graph:
+/// exact search grows linearly (one 384-d MiniLM query: ~9 ms at 50,000
+/// rows, ~170 ms at 1M on 2 cores; `bench/README.md`).
+pub const DEFAULT_APPROXIMATE_ABOVE: usize = 100_000;
+
 impl DenseConfig {
+    /// What `seeker index --dense` builds with.
+    pub fn build(&self) -> crate::search::dense::DenseBuild {
+        crate::search::dense::DenseBuild {
+            batch_size: self.batch_size,
+            approximate_above: self.approximate_above,
+            hnsw: self.hnsw,
+        }
+    }
+
     /// The encoder overrides in `embed`'s terms.
     pub fn options(&self) -> EmbedOptions {
         EmbedOptions {
@@ -751,6 +777,14 @@ impl Config {
         if search.round_timeout_ms == 0 || search.query_timeout_ms == 0 {
             return Err(ConfigError::Invalid(
                 "search.round_timeout_ms and search.query_timeout_ms must be at least 1".into(),
+            ));
+        }
+        let h = &search.dense.hnsw;
+        if !(2..=256).contains(&h.m) || h.ef_construction == 0 || search.dense.ef_search == 0 {
+            return Err(ConfigError::Invalid(
+                "search.dense.hnsw.m must be 2 to 256, search.dense.hnsw.ef_construction and \
+                 search.dense.ef_search at least 1"
+                    .into(),
             ));
         }
         if search.dense.batch_size == 0 {

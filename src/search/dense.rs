@@ -9,9 +9,11 @@
 //! Rebuilding the BM25 index removes the dense index with it (it lives inside);
 //! one built from another corpus or another encoder is refused at open.
 //!
-//! Search is exact: every row's inner product with the query (one
-//! matrix-vector product), top-k kept in a heap; `bench/README.md` has the
-//! figures.
+//! Search is exact (every row's inner product with the query: one
+//! matrix-vector product, top-k kept in a heap) up to
+//! `search.dense.approximate_above` rows; a larger corpus also gets an HNSW
+//! graph at build ([`super::ann`]), which open loads instead of the vectors.
+//! `bench/README.md` has the figures.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -23,6 +25,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::ann::{Approximate, HnswParams};
 use super::bm25::{Bm25Index, IndexError};
 use super::embed::{EmbedError, Embedder, EncoderSpec};
 use super::{Document, SearchBackend, SearchError};
@@ -49,6 +52,8 @@ pub enum DenseError {
     Embed(#[from] EmbedError),
     #[error("dense index: {0}")]
     Tensor(#[from] candle_core::Error),
+    #[error(transparent)]
+    Ann(#[from] super::ann::AnnError),
     /// No dense index, or one that does not belong to this BM25 index or
     /// encoder; the message says how to build the right one.
     #[error("{path}: {reason}; build it with `seeker index --dense MODEL_DIR --index {index}`")]
@@ -71,6 +76,29 @@ pub struct DenseManifest {
     pub model: String,
     /// Seconds the build took.
     pub seconds: f64,
+    /// The approximate index's parameters when one was built beside the
+    /// vectors ([`super::ann`]); absent: exact search.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hnsw: Option<HnswParams>,
+}
+
+/// How `seeker index --dense` builds (`[search.dense]`).
+#[derive(Clone, Copy, Debug)]
+pub struct DenseBuild {
+    /// Passages per forward pass.
+    pub batch_size: usize,
+    /// Corpora with more rows than this also get an HNSW graph.
+    pub approximate_above: usize,
+    pub hnsw: HnswParams,
+}
+
+/// A stage of [`build_dense`], for its progress callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BuildStage {
+    /// Documents embedded.
+    Embedding,
+    /// Vectors linked into the approximate index.
+    Linking,
 }
 
 /// A built index: figures for the command line.
@@ -79,6 +107,8 @@ pub struct DenseStats {
     pub rows: usize,
     pub dim: usize,
     pub seconds: f64,
+    /// Whether an HNSW graph was built too.
+    pub approximate: bool,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DenseError + '_ {
@@ -100,9 +130,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DenseError + '_ {
 pub fn build_dense(
     index_dir: &Path,
     embedder: &Embedder,
-    batch: usize,
-    on_progress: impl Fn(usize, usize) + Sync,
+    options: &DenseBuild,
+    on_progress: impl Fn(BuildStage, usize, usize) + Sync,
 ) -> Result<DenseStats, DenseError> {
+    let batch = options.batch_size;
     let started = Instant::now();
     let index = Bm25Index::open(index_dir)?;
     let rows = index.row_count();
@@ -149,7 +180,7 @@ pub fn build_dense(
                             vectors[row * dim..(row + 1) * dim].copy_from_slice(&v);
                         }
                         *count += chunk.len();
-                        on_progress(*count, rows);
+                        on_progress(BuildStage::Embedding, *count, rows);
                     }
                     Err(e) => {
                         *failed.lock().expect("no worker panics holding it") = Some(e);
@@ -178,6 +209,12 @@ pub fn build_dense(
         w.write_all(&x.to_le_bytes()).map_err(io(&vectors_path))?;
     }
     w.flush().map_err(io(&vectors_path))?;
+    let hnsw = (rows > options.approximate_above).then_some(options.hnsw);
+    if let Some(params) = hnsw {
+        super::ann::build(&vectors, dim, params, &tmp, |done, total| {
+            on_progress(BuildStage::Linking, done, total)
+        })?;
+    }
     let seconds = started.elapsed().as_secs_f64();
     let manifest = DenseManifest {
         format: DENSE_FORMAT,
@@ -186,6 +223,7 @@ pub fn build_dense(
         encoder: embedder.spec().clone(),
         model: embedder.dir().display().to_string(),
         seconds,
+        hnsw,
     };
     let manifest_path = tmp.join(DENSE_MANIFEST);
     let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
@@ -194,14 +232,21 @@ pub fn build_dense(
         std::fs::remove_dir_all(&dense_dir).map_err(io(&dense_dir))?;
     }
     std::fs::rename(&tmp, &dense_dir).map_err(io(&dense_dir))?;
-    Ok(DenseStats { rows, dim, seconds })
+    Ok(DenseStats {
+        rows,
+        dim,
+        seconds,
+        approximate: hnsw.is_some(),
+    })
 }
 
 /// An open dense index, held in memory (`rows × dim × 4` bytes) as one
 /// `(rows, dim)` matrix: a query's scores are one matrix-vector product
 /// (candle's gemm, SIMD and threaded).
 pub struct DenseIndex {
-    matrix: candle_core::Tensor,
+    /// Exact search's matrix; absent when the graph serves.
+    matrix: Option<candle_core::Tensor>,
+    approximate: Option<Approximate>,
     dim: usize,
     manifest: DenseManifest,
 }
@@ -235,7 +280,9 @@ impl Ord for Hit {
 
 impl DenseIndex {
     /// Opens `<index_dir>/dense` for the BM25 index `bm25` (opened from the
-    /// same directory) and the encoder `spec`.
+    /// same directory) and the encoder `spec`; a graph built beside the
+    /// vectors is loaded instead of them and searched with `ef_search`
+    /// candidates.
     ///
     /// # Errors
     /// [`DenseError::Unusable`] when there is no dense index, or it was built
@@ -245,6 +292,7 @@ impl DenseIndex {
         index_dir: &Path,
         bm25: &Bm25Index,
         spec: &EncoderSpec,
+        ef_search: usize,
     ) -> Result<Self, DenseError> {
         let dir = index_dir.join(DENSE_DIR);
         let unusable = |reason: String| DenseError::Unusable {
@@ -287,6 +335,22 @@ impl DenseIndex {
                 manifest.model
             )));
         }
+        if manifest.hnsw.is_some() {
+            let graph = Approximate::open(&dir, ef_search).map_err(|e| unusable(format!("{e}")))?;
+            if graph.rows() != manifest.rows {
+                return Err(unusable(format!(
+                    "the graph holds {} rows, the manifest {}",
+                    graph.rows(),
+                    manifest.rows
+                )));
+            }
+            return Ok(Self {
+                matrix: None,
+                approximate: Some(graph),
+                dim: spec.dim,
+                manifest,
+            });
+        }
         let path = dir.join(VECTORS_FILE);
         let mut bytes = Vec::new();
         std::fs::File::open(&path)
@@ -308,9 +372,33 @@ impl DenseIndex {
         Ok(Self::from_vectors(vectors, dim, manifest)?)
     }
 
+    /// Whether queries go to the HNSW graph (else exact search).
+    pub fn is_approximate(&self) -> bool {
+        self.approximate.is_some()
+    }
+
     /// What it was built from.
     pub fn manifest(&self) -> &DenseManifest {
         &self.manifest
+    }
+
+    /// An index over `vectors` (`rows × encoder.dim` floats, row-major) that
+    /// no file backs: for benchmarks and tests.
+    ///
+    /// # Errors
+    /// candle failures.
+    pub fn in_memory(vectors: Vec<f32>, encoder: EncoderSpec) -> Result<Self, candle_core::Error> {
+        let dim = encoder.dim;
+        let manifest = DenseManifest {
+            format: DENSE_FORMAT,
+            corpus_sha256: String::new(),
+            rows: vectors.len() / dim.max(1),
+            encoder,
+            model: String::new(),
+            seconds: 0.0,
+            hnsw: None,
+        };
+        Self::from_vectors(vectors, dim, manifest)
     }
 
     fn from_vectors(
@@ -322,7 +410,8 @@ impl DenseIndex {
         let matrix =
             candle_core::Tensor::from_vec(vectors, (rows, dim), &candle_core::Device::Cpu)?;
         Ok(Self {
-            matrix,
+            matrix: Some(matrix),
+            approximate: None,
             dim,
             manifest,
         })
@@ -338,8 +427,14 @@ impl DenseIndex {
         if k == 0 || query.len() != self.dim || self.manifest.rows == 0 {
             return Ok(Vec::new());
         }
+        if let Some(graph) = &self.approximate {
+            return Ok(graph.search(query, k));
+        }
+        let Some(matrix) = &self.matrix else {
+            return Ok(Vec::new());
+        };
         let q = candle_core::Tensor::from_slice(query, (self.dim, 1), &candle_core::Device::Cpu)?;
-        let scores = self.matrix.matmul(&q)?.squeeze(1)?.to_vec1::<f32>()?;
+        let scores = matrix.matmul(&q)?.squeeze(1)?.to_vec1::<f32>()?;
         let mut heap = BinaryHeap::with_capacity(k + 1);
         for (row, &s) in scores.iter().enumerate() {
             if heap.len() < k {
@@ -614,6 +709,7 @@ mod tests {
                 },
                 model: String::new(),
                 seconds: 0.0,
+                hnsw: None,
             },
         )
         .unwrap();

@@ -9,6 +9,7 @@
 //! ([`retriever`]), and in-process dense and hybrid retrieval over the local
 //! index ([`dense`], with the sentence encoder of [`embed`]). [`dispatcher_from_config`] wires them from `[search]`.
 
+pub mod ann;
 pub mod bm25;
 pub mod clean;
 pub mod dense;

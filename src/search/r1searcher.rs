@@ -62,8 +62,18 @@ pub fn answer_of(d: &Document) -> String {
 
 /// A seeker document from an answer string: `"{title}"\n{text}` (or any first
 /// line as the title) when it has a newline, else the whole string as text.
-pub fn document_of(answer: String, rank: usize) -> Document {
-    let id = format!("r1-{rank}");
+/// The protocol has no ids: the id is `r1-` and the first 16 hex digits of
+/// the string's sha256, so the same passage has the same id in every query.
+pub fn document_of(answer: String) -> Document {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(answer.as_bytes());
+    let id = format!(
+        "r1-{}",
+        digest[..8]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
     if answer.contains('\n') {
         WireDocument {
             id,
@@ -81,8 +91,8 @@ pub fn document_of(answer: String, rank: usize) -> Document {
 }
 
 /// An R1-Searcher-protocol server as a backend: one `POST /queries` per query.
-/// Its answers carry no ids or scores: documents are numbered by rank
-/// (`r1-1`, `r1-2`, ...) and score 0.
+/// Its answers carry no ids or scores: ids come from the text
+/// ([`document_of`]) and every score is 0.
 pub struct R1SearcherBackend {
     client: reqwest::Client,
     url: String,
@@ -121,12 +131,7 @@ impl SearchBackend for R1SearcherBackend {
                 "`answers` holds no list for the query".into(),
             ));
         };
-        Ok(answers
-            .into_iter()
-            .take(k)
-            .enumerate()
-            .map(|(i, a)| document_of(a, i + 1))
-            .collect())
+        Ok(answers.into_iter().take(k).map(document_of).collect())
     }
 }
 
@@ -142,13 +147,20 @@ mod tests {
             text: "A portrait.".into(),
             ..Document::default()
         };
-        let back = document_of(answer_of(&d), 1);
+        let back = document_of(answer_of(&d));
         assert_eq!(
             (back.title.as_str(), back.text.as_str()),
             ("Mona Lisa", "A portrait.")
         );
-        let line = document_of("Mona Lisa   A portrait by Leonardo.".into(), 2);
-        assert_eq!((line.id.as_str(), line.title.as_str()), ("r1-2", ""));
+        let line = document_of("Mona Lisa   A portrait by Leonardo.".into());
+        assert_eq!(line.title, "");
+        assert!(
+            line.id.starts_with("r1-") && line.id.len() == 19,
+            "{}",
+            line.id
+        );
+        assert_eq!(line.id, document_of(line.text.clone()).id, "stable");
+        assert_ne!(line.id, back.id);
         assert_eq!(line.text, "Mona Lisa   A portrait by Leonardo.");
     }
 

@@ -121,7 +121,7 @@ fn add_dense(
         .join(dense::DENSE_DIR)
         .join(dense::DENSE_MANIFEST)
         .is_file();
-    let opened = (|| -> anyhow::Result<(Arc<dyn SearchBackend>, usize)> {
+    let opened = (|| -> anyhow::Result<(Arc<dyn SearchBackend>, usize, &'static str)> {
         if !model.join("config.json").is_file() {
             anyhow::bail!(
                 "no sentence encoder at {} (search.dense.model); `scripts/fetch-defaults.sh` \
@@ -138,8 +138,18 @@ fn add_dense(
             );
         }
         let embedder = embed::Embedder::load(model, &config.dense.options())?;
-        let dense_index = dense::DenseIndex::open(&config.index, index, embedder.spec())?;
+        let dense_index = dense::DenseIndex::open(
+            &config.index,
+            index,
+            embedder.spec(),
+            config.dense.ef_search,
+        )?;
         let rows = dense_index.manifest().rows;
+        let search = if dense_index.is_approximate() {
+            "hnsw"
+        } else {
+            "exact"
+        };
         Ok((
             Arc::new(dense::DenseBackend::new(
                 Arc::clone(index),
@@ -148,10 +158,11 @@ fn add_dense(
                 config.dense.batch_size,
             )),
             rows,
+            search,
         ))
     })();
     match opened {
-        Ok((dense_backend, rows)) => {
+        Ok((dense_backend, rows, search)) => {
             // Concurrent queries are what the query encoder batches: let as
             // many in as it embeds at once (the matrix search after it is on
             // the blocking pool).
@@ -159,7 +170,7 @@ fn add_dense(
                 concurrency: config.dense.batch_size.max(limits.concurrency),
                 ..limits
             };
-            tracing::info!(model = %model.display(), rows, "dense index ready (backends dense, hybrid)");
+            tracing::info!(model = %model.display(), rows, search, "dense index ready (backends dense, hybrid)");
             let bm25: Arc<dyn SearchBackend> = Arc::new(bm25::Bm25Backend::new(Arc::clone(index)));
             let hybrid =
                 dense::HybridBackend::new(bm25, Arc::clone(&dense_backend), config.hybrid.clone());

@@ -296,4 +296,61 @@ async fn index_dense_then_serve_dense_and_hybrid_through_the_real_binary() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no index here"), "{stderr}");
+
+    // Past search.dense.approximate_above the build adds an HNSW graph, and
+    // the dense backend searches it: on 500 rows it finds what exact search
+    // finds.
+    let approximate = tmp.path().join("index-hnsw");
+    let out = Command::new(SEEKER)
+        .args(["index", "--corpus"])
+        .arg(&corpus)
+        .arg("--index")
+        .arg(&approximate)
+        .arg("--dense")
+        .arg(&model)
+        .env("SEEKER_SEARCH__DENSE__APPROXIMATE_ABOVE", "100")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("embedded 500 documents (384-d") && stdout.contains("with an HNSW graph"),
+        "{stdout}"
+    );
+    assert!(approximate.join("dense/hnsw.hnsw.graph").is_file());
+    let manifest = std::fs::read_to_string(approximate.join("dense/seeker-dense.json")).unwrap();
+    assert!(manifest.contains("\"ef_construction\": 100"), "{manifest}");
+    let documents = |index: &std::path::Path, out: &std::path::Path| -> Vec<Value> {
+        let status = Command::new(SEEKER)
+            .args([
+                "eval",
+                "--retrieval-only",
+                "--backend",
+                "dense",
+                "--top-k",
+                "3",
+                "--dataset",
+            ])
+            .arg(&dataset)
+            .arg("--index")
+            .arg(index)
+            .arg("--out")
+            .arg(out)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        std::fs::read_to_string(out)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["documents"].clone())
+            .collect()
+    };
+    let exact = documents(&index, &tmp.path().join("exact.jsonl"));
+    let hnsw = documents(&approximate, &tmp.path().join("hnsw.jsonl"));
+    assert_eq!(exact.len(), 3);
+    assert_eq!(hnsw, exact, "HNSW's top 3 are exact search's");
 }

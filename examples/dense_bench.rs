@@ -1,0 +1,188 @@
+//! Dense search at scale for `bench/README.md` (run by `bench/dense.sh`):
+//! seeker's exact search against an HNSW index (the `hnsw_rs` crate) on
+//! synthetic vectors, with real queries.
+//!
+//! ```text
+//! dense_bench [--n 1000000] [--queries 200] [--m 16] [--ef-construction 100]
+//!             [--ef 32,64,128,256] [--k 10]
+//! ```
+//!
+//! Vectors: the default index's MiniLM vectors (`data/wiki/index/dense`,
+//! 10,033 × 384), each repeated with Gaussian noise (σ `--sigma` per
+//! coordinate, seeded) and renormalised until there are `--n`: clusters of
+//! near-duplicates around real documents, as a large corpus of overlapping
+//! passages has. Queries: the first `--queries` FanOutQA dev sub-questions
+//! embedded by the same encoder. Exact search is [`DenseIndex::search`] (one
+//! matrix-vector product and a heap); HNSW uses inner-product distance.
+//! Prints one JSON line per measurement: build seconds and RSS, p50/p99 query
+//! latency (one query at a time), and HNSW's recall@k against exact.
+
+use std::time::Instant;
+
+use clap::Parser;
+use hnsw_rs::prelude::*;
+use seeker::search::dense::DenseIndex;
+use seeker::search::embed::{EmbedOptions, Embedder};
+use serde_json::json;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value_t = 1_000_000)]
+    n: usize,
+    #[arg(long, default_value_t = 200)]
+    queries: usize,
+    #[arg(long, default_value_t = 0.02)]
+    sigma: f32,
+    #[arg(long, default_value_t = 16)]
+    m: usize,
+    #[arg(long, default_value_t = 100)]
+    ef_construction: usize,
+    #[arg(long, value_delimiter = ',', default_value = "32,64,128,256")]
+    ef: Vec<usize>,
+    #[arg(long, default_value_t = 10)]
+    k: usize,
+}
+
+/// Resident set size in MiB (`/proc/self/status` VmRSS).
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// p50 and p99 (nearest rank) of `ms`, in milliseconds.
+fn percentiles(mut ms: Vec<f64>) -> (f64, f64) {
+    ms.sort_by(f64::total_cmp);
+    let rank = |p: f64| ms[((p * ms.len() as f64).ceil() as usize).clamp(1, ms.len()) - 1];
+    (rank(0.5), rank(0.99))
+}
+
+/// A seeded standard normal sampler (xorshift64* and Box-Muller).
+struct Gauss(u64);
+
+impl Gauss {
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn next(&mut self) -> f32 {
+        let (u, v) = (self.uniform(), self.uniform());
+        ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let embedder = Embedder::load(
+        std::path::Path::new(seeker::config::DEFAULT_ENCODER),
+        &EmbedOptions::default(),
+    )?;
+    let dim = embedder.spec().dim;
+    let raw = std::fs::read("data/wiki/index/dense/vectors.f32")?;
+    let base: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let base_rows = base.len() / dim;
+    let mut gauss = Gauss(0x5eed_5eed);
+    let mut vectors = Vec::with_capacity(args.n * dim);
+    let started = Instant::now();
+    for i in 0..args.n {
+        let row = &base[(i % base_rows) * dim..][..dim];
+        let noisy: Vec<f32> = if i < base_rows {
+            row.to_vec()
+        } else {
+            row.iter().map(|x| x + args.sigma * gauss.next()).collect()
+        };
+        let norm = noisy.iter().map(|x| x * x).sum::<f32>().sqrt();
+        vectors.extend(noisy.iter().map(|x| x / norm));
+    }
+    eprintln!(
+        "synthesised {} vectors in {:.1} s",
+        args.n,
+        started.elapsed().as_secs_f64()
+    );
+
+    let items = seeker::eval::dataset::load(
+        std::path::Path::new("data/fanoutqa/dev.json"),
+        seeker::eval::dataset::FanoutMode::Subquestions,
+    )?;
+    let questions: Vec<&str> = items
+        .iter()
+        .take(args.queries)
+        .map(|i| i.question.as_str())
+        .collect();
+    let queries = embedder.embed_queries(&questions)?;
+
+    let before = rss_mib();
+    let exact = DenseIndex::in_memory(vectors.clone(), embedder.spec().clone())?;
+    println!(
+        "{}",
+        json!({"index": "exact", "n": args.n, "dim": dim, "build_s": 0.0,
+               "rss_mib": rss_mib() - before})
+    );
+    let mut truth = Vec::with_capacity(queries.len());
+    let mut ms = Vec::with_capacity(queries.len());
+    for q in &queries {
+        let t = Instant::now();
+        let hits = exact.search(q, args.k)?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+        truth.push(hits.into_iter().map(|(row, _)| row).collect::<Vec<_>>());
+    }
+    let (p50, p99) = percentiles(ms);
+    println!(
+        "{}",
+        json!({"index": "exact", "n": args.n, "k": args.k, "p50_ms": p50, "p99_ms": p99, "recall": 1.0})
+    );
+    drop(exact);
+
+    let before = rss_mib();
+    let started = Instant::now();
+    let layers = 16.min((args.n as f32).ln().trunc() as usize);
+    let hnsw = Hnsw::<f32, DistDot>::new(args.m, args.n, layers, args.ef_construction, DistDot {});
+    let rows: Vec<(&[f32], usize)> = vectors
+        .chunks_exact(dim)
+        .enumerate()
+        .map(|(i, v)| (v, i))
+        .collect();
+    for chunk in rows.chunks(50_000) {
+        hnsw.parallel_insert_slice(&chunk.to_vec());
+        eprintln!(
+            "hnsw: {} inserted, {:.0} s",
+            chunk[chunk.len() - 1].1 + 1,
+            started.elapsed().as_secs_f64()
+        );
+    }
+    let build_s = started.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        json!({"index": "hnsw", "n": args.n, "m": args.m, "ef_construction": args.ef_construction,
+               "build_s": build_s, "rss_mib": rss_mib() - before})
+    );
+    let mut hnsw = hnsw;
+    hnsw.set_searching_mode(true);
+    for &ef in &args.ef {
+        let mut ms = Vec::with_capacity(queries.len());
+        let mut found = 0usize;
+        for (q, want) in queries.iter().zip(&truth) {
+            let t = Instant::now();
+            let got = hnsw.search(q, args.k, ef.max(args.k));
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+            found += got.iter().filter(|n| want.contains(&n.d_id)).count();
+        }
+        let (p50, p99) = percentiles(ms);
+        println!(
+            "{}",
+            json!({"index": "hnsw", "n": args.n, "k": args.k, "ef": ef, "p50_ms": p50, "p99_ms": p99,
+                   "recall": found as f64 / (truth.len() * args.k) as f64})
+        );
+    }
+    Ok(())
+}
