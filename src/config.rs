@@ -315,7 +315,7 @@ impl Default for DenseConfig {
             batch_size: 32,
             approximate_above: DEFAULT_APPROXIMATE_ABOVE,
             hnsw: crate::search::ann::HnswParams::default(),
-            ef_search: 128,
+            ef_search: 256,
             query_prefix: None,
             passage_prefix: None,
             pooling: None,

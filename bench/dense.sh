@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Dense search at scale for bench/README.md: seeker's exact search against its HNSW
+# graph on N synthetic vectors (default 1,000,000) made from the default index's MiniLM
+# vectors, with 200 real FanOutQA queries (examples/dense_bench.rs). Prints JSON lines:
+# build seconds and RSS, p50/p99 per query, HNSW's recall@10 against exact for each ef.
+#
+# The hot code (candle's gemm, hnsw_rs) is a dependency, built optimised in the dev
+# profile too, so the dev build is used (PROFILE=release for a release build).
+# Needs data/wiki/index/dense: scripts/fetch-defaults.sh --dense.
+#
+# SIGMA: the noise per coordinate (default 0.05: a copy's cosine with its source ~0.7).
+# usage: bench/dense.sh      N=100000 bench/dense.sh      EF=64,128 SIGMA=0.02 bench/dense.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-1000000}
+EF=${EF:-32,64,128,256,512}
+SIGMA=${SIGMA:-0.05}
+PROFILE=${PROFILE:-dev}
+[[ -f data/wiki/index/dense/vectors.f32 ]] || {
+    echo "bench/dense.sh: no dense index; run scripts/fetch-defaults.sh --dense" >&2
+    exit 1
+}
+cargo build --quiet --profile "$PROFILE" --example dense_bench
+dir=debug
+[[ $PROFILE == dev ]] || dir=$PROFILE
+/usr/bin/time -f "peak RSS %M KB, %e s wall" "target/$dir/examples/dense_bench" --n "$N" --ef "$EF" --sigma "$SIGMA"
