@@ -65,8 +65,10 @@ pub struct BatchSearchRequest {
     pub backend: Option<String>,
 }
 
-/// A `/search` answer: documents, or documents and their scores.
-#[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
+/// A `/search` answer: documents, or documents and their scores. Its
+/// OpenAPI schema is written by hand ([`schema`]): utoipa describes a
+/// two-field tuple variant as an array of objects.
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum SearchResponse {
     /// `[[doc, ...], [score, ...]]` (`return_score: true`).
@@ -75,14 +77,99 @@ pub enum SearchResponse {
     Plain(Vec<WireDocument>),
 }
 
-/// A `/batch_search` answer, one list per query.
-#[derive(Clone, Debug, Deserialize, Serialize, utoipa::ToSchema)]
+/// A `/batch_search` answer, one list per query (OpenAPI schema by hand, as
+/// for [`SearchResponse`]).
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum BatchSearchResponse {
     /// `[[[doc, ...], ...], [[score, ...], ...]]` (`return_score: true`).
     Scored(Vec<Vec<WireDocument>>, Vec<Vec<f64>>),
     /// `[[doc, ...], ...]`.
     Plain(Vec<Vec<WireDocument>>),
+}
+
+/// The OpenAPI schemas of the two answers: `anyOf` the scored pair (an
+/// array of exactly `[docs, scores]`, as `prefixItems`) and the plain list
+/// (`oneOf` would refuse `[[], []]`, which both forms of a batch can be).
+mod schema {
+    use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, Schema, Type};
+    use utoipa::openapi::{Ref, RefOr};
+    use utoipa::{PartialSchema, ToSchema};
+
+    use super::{BatchSearchResponse, SearchResponse, WireDocument};
+
+    fn docs() -> Schema {
+        ArrayBuilder::new()
+            .items(Ref::from_schema_name("WireDocument"))
+            .into()
+    }
+
+    fn scores() -> Schema {
+        ArrayBuilder::new()
+            .items(ObjectBuilder::new().schema_type(Type::Number))
+            .into()
+    }
+
+    fn list_of(item: Schema) -> Schema {
+        ArrayBuilder::new().items(RefOr::T(item)).into()
+    }
+
+    fn pair(docs: Schema, scores: Schema, description: &str) -> Schema {
+        ArrayBuilder::new()
+            .prefix_items([docs, scores])
+            .min_items(Some(2))
+            .max_items(Some(2))
+            .description(Some(description))
+            .into()
+    }
+
+    impl PartialSchema for SearchResponse {
+        fn schema() -> RefOr<Schema> {
+            let plain: Schema = ArrayBuilder::new()
+                .items(Ref::from_schema_name("WireDocument"))
+                .description(Some("`[doc, ...]`."))
+                .into();
+            AnyOfBuilder::new()
+                .item(pair(
+                    docs(),
+                    scores(),
+                    "`[[doc, ...], [score, ...]]` (`return_score: true`).",
+                ))
+                .item(plain)
+                .into()
+        }
+    }
+
+    impl ToSchema for SearchResponse {
+        fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+            schemas.push((WireDocument::name().into(), WireDocument::schema()));
+            <WireDocument as ToSchema>::schemas(schemas);
+        }
+    }
+
+    impl PartialSchema for BatchSearchResponse {
+        fn schema() -> RefOr<Schema> {
+            let plain: Schema = ArrayBuilder::new()
+                .items(RefOr::T(docs()))
+                .description(Some("`[[doc, ...], ...]`, one list per query."))
+                .into();
+            AnyOfBuilder::new()
+                .item(pair(
+                    list_of(docs()),
+                    list_of(scores()),
+                    "`[[[doc, ...], ...], [[score, ...], ...]]` (`return_score: true`).",
+                ))
+                .item(plain)
+                .into()
+        }
+    }
+
+    impl ToSchema for BatchSearchResponse {
+        fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+            schemas.push((WireDocument::name().into(), WireDocument::schema()));
+            <WireDocument as ToSchema>::schemas(schemas);
+        }
+    }
 }
 
 impl SearchResponse {

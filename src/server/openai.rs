@@ -92,7 +92,7 @@ pub struct ChatCompletionRequest {
     /// "function": {"name"}}` (the first turn calls it: seeker writes the
     /// call's opening and the policy its arguments).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub tool_choice: Option<serde_json::Value>,
     /// Return every client call of a turn (default true) or only the first.
     #[serde(default)]

@@ -25,7 +25,7 @@ pub struct ResponsesRequest {
     /// (`{"role", "content"}` with `type` `message` or absent; content a
     /// string or `input_text` / `output_text` parts) and, ignored, the
     /// `reasoning` and `web_search_call` items of an earlier response.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub input: Value,
     /// A system message put before the input.
     #[serde(default)]
@@ -57,7 +57,7 @@ pub struct ResponsesRequest {
     /// web search alone they are a 400: the policy decides when to
     /// search), a `web_search` tool, or `{"type": "function", "name"}`.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
+    #[schema(value_type = Option<Value>)]
     pub tool_choice: Option<Value>,
     /// `web_search_call.action.sources` adds each search's sources; the other
     /// values OpenAI defines are accepted and have no effect.
@@ -124,7 +124,7 @@ pub struct ResponseObject {
     #[schema(value_type = Object)]
     pub text: Value,
     /// `auto`, or as the request gave it.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Value)]
     pub tool_choice: Value,
     /// As the request gave them.
     #[schema(value_type = Vec<Object>)]
