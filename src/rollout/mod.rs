@@ -6,8 +6,11 @@
 //!    assistant prefix. With `search_question_first` the question is searched
 //!    first and its documents spliced after the prompt or into the user message.
 //!    With `continue_final_message` the client's last assistant message is
-//!    continued: it is scanned like generated text, so one that ends with a
-//!    closing search tag is searched before any token is generated.
+//!    continued. The calls it answers itself (with the documents after them)
+//!    are a trusted prefix that enters the transcript as written and counts
+//!    against `max_searches` ([`Resumed`], see `resume`); the rest is scanned
+//!    like generated text, so a message that ends with a closing search tag
+//!    is searched before any token is generated.
 //! 2. Each round the engine continues the whole transcript. The
 //!    [`TagScanner`] ends the round at the first closing tag; the text after it
 //!    is discarded and the engine is cancelled.
@@ -29,6 +32,7 @@
 //! engine stream and cancels generation.
 
 mod answer;
+mod resume;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -48,6 +52,7 @@ use crate::search::dispatch::{Dispatcher, QueryResult};
 use crate::search::Document;
 use crate::toolcall::{parse_turn, ToolCall};
 use answer::{AnswerStripper, StopFilter};
+pub use resume::Resumed;
 
 /// What a rollout needs: the engine, the search dispatcher and the policy profile.
 #[derive(Clone)]
@@ -306,8 +311,13 @@ pub struct RoundRecord {
     /// The pages the round's page action (or `visit` calls) opened, in order.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pages: Vec<PageRecord>,
+    /// Tokens of the round's whole prompt (the conversation, every splice
+    /// and the text generated in earlier rounds), when the engine ran it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<usize>,
     /// Prompt tokens the engine took from its prefix cache for this round
-    /// instead of prefilling them, when it reports that (remote engines).
+    /// instead of prefilling them, when it reports that (the embedded engine
+    /// with `model.prefix_cache`, remote engines that report it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_cached: Option<usize>,
     /// Tokens the engine generated this round.
@@ -335,6 +345,9 @@ pub struct RolloutOutcome {
     pub transcript: String,
     /// Every round, the question search first when there is one.
     pub rounds: Vec<RoundRecord>,
+    /// What the rollout resumed from: the trusted prefix of the continued
+    /// message, when it held calls it answered itself.
+    pub resumed: Option<Resumed>,
 }
 
 /// Why a rollout could not finish.
@@ -418,6 +431,8 @@ struct Rollout<'a> {
     session: u64,
     /// Cached prompt tokens the engine reported for the current round.
     round_cached: Option<usize>,
+    /// The current round's whole prompt, in tokens, once the engine took it.
+    round_prompt: Option<usize>,
     /// Chunks of the open page still to splice, one per round.
     chunks: VecDeque<PageChunk>,
     /// The chunk spliced last and not yet read: its byte range in the
@@ -429,6 +444,8 @@ struct Rollout<'a> {
     template_tools: Vec<serde_json::Value>,
     /// The client calls that ended the rollout.
     client_calls: Vec<ClientCall>,
+    /// The continued message's trusted prefix, if it had one.
+    resumed: Option<Resumed>,
 }
 
 /// Rollout ids, unique in this process.
@@ -462,10 +479,12 @@ impl<'a> Rollout<'a> {
             engine_ran: false,
             session: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             round_cached: None,
+            round_prompt: None,
             chunks: VecDeque::new(),
             unread_chunk: None,
             template_tools: Vec::new(),
             client_calls: Vec::new(),
+            resumed: None,
         }
     }
 
@@ -576,6 +595,25 @@ impl<'a> Rollout<'a> {
         if let Some(splice) = after_prompt {
             self.splice(splice).await?;
         }
+        // A resumed rollout: the calls the client's message answers itself
+        // are kept as written; only its tail is scanned.
+        let continuation = match continuation {
+            Some(text) => {
+                let split = resume::split(&profile, &text);
+                if !split.trusted.is_empty() {
+                    self.transcript.push_str(split.trusted);
+                    self.calls += split.calls;
+                    self.resumed = Some(Resumed {
+                        bytes: split.trusted.len(),
+                        calls: split.calls,
+                    });
+                    self.emit(RolloutEvent::Reasoning(split.trusted.to_string()))
+                        .await?;
+                }
+                Some(split.tail.to_string()).filter(|tail| !tail.is_empty())
+            }
+            None => None,
+        };
         // A forced call: seeker writes its opening, the policy the rest.
         let forced = match (&client.choice, client.functions.is_empty()) {
             (_, true) | (ToolChoice::Auto | ToolChoice::None, _) => None,
@@ -688,6 +726,7 @@ impl<'a> Rollout<'a> {
                     Err(e) => return Err(e.into()),
                 };
                 self.engine_ran = true;
+                self.round_prompt = Some(generation.prompt_tokens);
                 self.usage.prompt_tokens = generation
                     .prompt_tokens
                     .saturating_sub(self.generated_before_round);
@@ -708,6 +747,7 @@ impl<'a> Rollout<'a> {
                         Some(Ok(EngineEvent::Prompt { tokens, cached })) => {
                             self.usage.prompt_tokens =
                                 tokens.saturating_sub(self.generated_before_round);
+                            self.round_prompt = Some(tokens);
                             self.round_cached = cached;
                         }
                         Some(Ok(EngineEvent::Done(finish))) => {
@@ -1063,6 +1103,11 @@ impl<'a> Rollout<'a> {
             results: Vec::new(),
             pages: Vec::new(),
             tokens_generated,
+            prompt_tokens: if round > 0 {
+                self.round_prompt.take()
+            } else {
+                None
+            },
             prompt_tokens_cached: if round > 0 {
                 self.round_cached.take()
             } else {
@@ -1236,6 +1281,11 @@ impl<'a> Rollout<'a> {
             results: records.clone(),
             pages: Vec::new(),
             tokens_generated: 0,
+            prompt_tokens: if round > 0 {
+                self.round_prompt.take()
+            } else {
+                None
+            },
             prompt_tokens_cached: if round > 0 {
                 self.round_cached.take()
             } else {
@@ -1277,6 +1327,7 @@ impl<'a> Rollout<'a> {
             results: Vec::new(),
             pages: vec![record.clone()],
             tokens_generated: tokens,
+            prompt_tokens: self.round_prompt.take(),
             prompt_tokens_cached: self.round_cached.take(),
         });
         match chunks.pop_front() {
@@ -1444,6 +1495,7 @@ impl<'a> Rollout<'a> {
             prompt: std::mem::take(&mut self.transcript),
             transcript,
             rounds: std::mem::take(&mut self.rounds),
+            resumed: self.resumed,
         })
     }
 }

@@ -249,9 +249,11 @@ mod tests {
                 notes: Vec::new(),
                 results: records,
                 pages: Vec::new(),
+                prompt_tokens: None,
                 prompt_tokens_cached: None,
                 tokens_generated: 0,
             }],
+            resumed: None,
         }
     }
 

@@ -349,6 +349,11 @@ pub struct SeekerInfo {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<Object>>)]
     pub rounds: Option<Vec<RoundRecord>>,
+    /// With `continue_final_message`: the part of the continued message taken
+    /// as written (its calls answered by the client's own documents, counted
+    /// against the policy's `max_searches`); absent when it held none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumed: Option<crate::rollout::Resumed>,
 }
 
 /// A search event, sent in a chunk of its own (`seeker.event`) with an empty

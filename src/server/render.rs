@@ -56,6 +56,7 @@ impl ResponseMeta {
             documents: outcome.documents.iter().map(Citation::from).collect(),
             transcript: self.return_transcript.then(|| outcome.transcript.clone()),
             rounds: self.return_transcript.then(|| outcome.rounds.clone()),
+            resumed: outcome.resumed,
         }
     }
 }
@@ -356,8 +357,10 @@ mod tests {
                 results: Vec::new(),
                 pages: Vec::new(),
                 tokens_generated: 12,
+                prompt_tokens: None,
                 prompt_tokens_cached: None,
             }],
+            resumed: None,
         }
     }
 

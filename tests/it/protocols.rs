@@ -7,7 +7,7 @@ use seeker::engine::scripted::ScriptedEngine;
 use seeker::engine::{ChatTurn, Role};
 use seeker::profile::Profile;
 use seeker::rollout::{
-    FinishReason, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest, RoundOutcome,
+    FinishReason, Resumed, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest, RoundOutcome,
 };
 
 use crate::common::{doc, profile, profiles, StaticBackend};
@@ -375,6 +375,124 @@ async fn continuing_a_message_that_ends_in_a_search_call_searches_before_generat
         ["Mona Lisa painter"]
     );
     assert_eq!(outcome.usage.completion_tokens, 1);
+}
+
+/// A client resuming a rollout (an eval harness, an RL trainer) sends the
+/// transcript so far: an answered call with its documents, then a new call.
+/// The answered part is kept as written, only the new call is searched, and
+/// the response says what it resumed from. Before: the rollout was cut at the
+/// first `</search>`, the first query searched again and the rest dropped.
+#[tokio::test]
+async fn a_resumed_transcript_runs_only_its_trailing_call() {
+    let head = "<think>First the painter.</think>\n<search> Mona Lisa painter </search>\n\n\
+                <information>Doc 1(Title: \"Client\") the client's own document\n</information>\n\n\
+                <think>Now where he was born.</think>\n";
+    let message = format!("{head}<search> Leonardo da Vinci birthplace </search>");
+    let req = RolloutRequest {
+        continue_final_message: true,
+        ..request(vec![
+            ChatTurn::new(Role::User, "Where was the painter of the Mona Lisa born?"),
+            ChatTurn::new(Role::Assistant, &message),
+        ])
+    };
+    let scripts = search_r1_ask(&[&["<answer> Vinci </answer>"]]);
+    let backend = backend();
+    let (result, events, engine) =
+        rollout(profile("search-r1"), scripts, Arc::clone(&backend), req).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "Vinci");
+    assert_eq!(
+        backend.asked.lock().unwrap().as_slice(),
+        ["Leonardo da Vinci birthplace"]
+    );
+    assert_eq!(
+        outcome.resumed,
+        Some(Resumed {
+            bytes: head.len(),
+            calls: 1
+        })
+    );
+    assert_eq!(outcome.searches, 1);
+    // The client's message, byte for byte, then seeker's splice of the new call.
+    let prompts = engine.prompts();
+    assert_eq!(prompts.len(), 1);
+    let expected = format!("{message}\n\n<information>Doc 1(Title: \"Leonardo da Vinci\")");
+    assert!(prompts[0].contains(&expected), "{}", prompts[0]);
+    assert!(outcome.transcript.starts_with(&message));
+    // Reasoning and splices still add up to the transcript before the answer.
+    let traced: String = events
+        .iter()
+        .filter_map(|e| match e {
+            RolloutEvent::Reasoning(t) | RolloutEvent::Splice(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(outcome.transcript.starts_with(&traced), "{traced}");
+    assert!(traced.starts_with(&message));
+}
+
+/// The client's answered calls count against the profile's `max_searches`:
+/// with Search-R1's 4 already made, a fifth trailing call is not run.
+#[tokio::test]
+async fn a_resumed_transcripts_calls_count_against_max_searches() {
+    let p = profile("search-r1");
+    let answered =
+        "<search> x </search>\n\n<information>y</information>\n\n".repeat(p.max_searches);
+    let req = RolloutRequest {
+        continue_final_message: true,
+        ..request(vec![
+            ChatTurn::new(Role::User, "q"),
+            ChatTurn::new(
+                Role::Assistant,
+                format!("{answered}<search> Mona Lisa painter </search>"),
+            ),
+        ])
+    };
+    let backend = backend();
+    let (result, _, engine) = rollout(p.clone(), vec![], Arc::clone(&backend), req).await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.finish_reason, FinishReason::Length);
+    assert!(backend.asked.lock().unwrap().is_empty());
+    assert!(engine.prompts().is_empty());
+    assert_eq!(outcome.resumed.map(|r| r.calls), Some(p.max_searches));
+}
+
+/// After its last answered call the message is trusted as written, so the
+/// model continues right after it; an answer the client opened is continued
+/// as the answer.
+#[tokio::test]
+async fn a_resumed_transcript_continues_after_its_documents_and_its_open_answer() {
+    let head = "<search> Mona Lisa painter </search>\n\n<information>Doc 1(Title: \"Client\") c\n</information>\n\n";
+    for (tail, script, answer) in [
+        ("", "<answer> Leonardo </answer>", "Leonardo"),
+        (
+            "<think>So.</think>\n<answer> Leonardo",
+            " da Vinci </answer>",
+            "Leonardo da Vinci",
+        ),
+    ] {
+        let message = format!("{head}{tail}");
+        let req = RolloutRequest {
+            continue_final_message: true,
+            ..request(vec![
+                ChatTurn::new(Role::User, "Who painted the Mona Lisa?"),
+                ChatTurn::new(Role::Assistant, &message),
+            ])
+        };
+        let backend = backend();
+        let (result, _, engine) = rollout(
+            profile("search-r1"),
+            search_r1_ask(&[&[script]]),
+            Arc::clone(&backend),
+            req,
+        )
+        .await;
+        let outcome = result.unwrap();
+        assert_eq!(outcome.answer, answer, "{tail:?}");
+        assert!(backend.asked.lock().unwrap().is_empty());
+        assert!(engine.prompts()[0].ends_with(&message), "{tail:?}");
+        assert_eq!(outcome.resumed.map(|r| r.calls), Some(1));
+    }
 }
 
 #[tokio::test]
