@@ -75,6 +75,7 @@ async fn main() -> anyhow::Result<()> {
         prefix_cache: args.prefix_cache,
         prefix_cache_mib: 2048,
         naive_prefix_cache: false,
+        token_continuation: true,
     })
     .await?;
     let profile = Arc::new(Profile::load(&args.profile)?);

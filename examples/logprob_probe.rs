@@ -98,6 +98,7 @@ async fn load_mode(
         prefix_cache,
         prefix_cache_mib: 2048,
         naive_prefix_cache: mode == "naive",
+        token_continuation: true,
     })
     .await?)
 }

@@ -181,6 +181,7 @@ async fn main() -> anyhow::Result<()> {
             prefix_cache: reuse,
             prefix_cache_mib: 2048,
             naive_prefix_cache: false,
+            token_continuation: true,
         })
         .await?;
         engines.push((if reuse { "reuse" } else { "no reuse" }, Arc::new(engine)));

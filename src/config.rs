@@ -204,6 +204,12 @@ pub struct ModelConfig {
     /// model's KV bytes per token, 56 KiB for Qwen2.5-1.5B in F32); past it
     /// the cache is emptied.
     pub prefix_cache_mib: usize,
+    /// A rollout's next round continues the previous round's token ids (its
+    /// prompt's and the ones the model generated) instead of tokenizing the
+    /// transcript text again, so that the prefix cache reuses all of them
+    /// (`engine::continued`). Embedded engine with `prefix_cache`; `false`
+    /// tokenizes each round's text whole, as before (for comparison).
+    pub token_continuation: bool,
 }
 
 impl Default for ModelConfig {
@@ -223,6 +229,7 @@ impl Default for ModelConfig {
             weights: WeightFormat::Auto,
             prefix_cache: true,
             prefix_cache_mib: 2048,
+            token_continuation: true,
         }
     }
 }

@@ -141,6 +141,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         prefix_cache: config.model.prefix_cache,
         prefix_cache_mib: config.model.prefix_cache_mib,
         naive_prefix_cache: false,
+        token_continuation: config.model.token_continuation,
     };
     // Three independent pieces, none polled inside another (seeker issue 12):
     // the HTTP server and the model load are tasks of their own on the

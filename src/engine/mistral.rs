@@ -111,6 +111,10 @@ pub struct MistralConfig {
     /// seeker's sentinels and flushes (the zero-row bug of
     /// [`super::reuse`]). Needs `prefix_cache`.
     pub naive_prefix_cache: bool,
+    /// A rollout's next round continues its last round's token ids
+    /// ([`super::continued`]); needs `prefix_cache` (its sentinel knows the
+    /// generated ids). `false`: each round's text is tokenized whole.
+    pub token_continuation: bool,
 }
 
 /// Prefix reuse state of one engine ([`super::reuse`]).
@@ -132,6 +136,9 @@ struct Reuse {
     pending: Mutex<std::collections::HashMap<u64, usize>>,
     recorded: tokio::sync::Notify,
     metrics: OnceLock<Arc<Metrics>>,
+    /// Each rollout's last round, so that its next round continues by token
+    /// ids ([`super::continued`]); `None` with `token_continuation` off.
+    rounds: Option<Mutex<super::continued::Rounds>>,
 }
 
 /// Why a flush empties the cache (the `reason` label of
@@ -345,7 +352,42 @@ impl MistralEngine {
     }
 }
 
+/// Rollouts whose last round the engine remembers for token-level
+/// continuation (a few KiB each: the prompt's text and ids).
+const ROLLOUTS_REMEMBERED: usize = 256;
+
 impl MistralEngine {
+    /// The token ids of `prompt`: for a rollout's next round, its last
+    /// round's prompt ids and generated ids as far as the prompt repeats
+    /// them, then the rest tokenized ([`super::continued`]); otherwise the
+    /// whole text tokenized.
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when the tokenizer fails.
+    async fn prompt_ids(
+        &self,
+        prompt: &str,
+        session: Option<u64>,
+    ) -> Result<Vec<u32>, EngineError> {
+        let head = match (&self.reuse, session) {
+            (Some(reuse), Some(session)) => {
+                let round = reuse
+                    .rounds
+                    .as_ref()
+                    .and_then(|rounds| rounds.lock().expect("rounds lock").take(session));
+                round.and_then(|r| super::continued::head(&r, prompt, |id| reuse.vocab.piece(id)))
+            }
+            _ => None,
+        };
+        let Some((mut ids, used)) = head else {
+            return self.tokenize(prompt).await;
+        };
+        if used < prompt.len() {
+            ids.extend(self.tokenize(&prompt[used..]).await?);
+        }
+        Ok(ids)
+    }
+
     /// The most tokens a sequence may still generate after a prompt of
     /// `prompt_tokens` (`None`: the model declares no context length).
     ///
@@ -523,6 +565,9 @@ impl Reuse {
             pending: Mutex::default(),
             recorded: tokio::sync::Notify::new(),
             metrics: OnceLock::new(),
+            rounds: config
+                .token_continuation
+                .then(|| Mutex::new(super::continued::Rounds::new(ROLLOUTS_REMEMBERED))),
         })
     }
 
@@ -959,7 +1004,16 @@ impl Engine for MistralEngine {
         prompt: &str,
         params: &GenerationParams,
     ) -> Result<Generation, EngineError> {
-        let ids = self.tokenize(prompt).await?;
+        // The rollout's previous round is recorded first: this one continues
+        // its token ids.
+        let pending = match (&self.reuse, params.session) {
+            (Some(reuse), Some(session)) => {
+                reuse.settle(session).await;
+                Some(Pending::new(reuse, session))
+            }
+            _ => None,
+        };
+        let ids = self.prompt_ids(prompt, params.session).await?;
         let prompt_tokens = ids.len();
         let mut max_tokens = params.max_tokens.max(1);
         if let Some(room) = self.room_after(prompt_tokens)? {
@@ -978,13 +1032,6 @@ impl Engine for MistralEngine {
             sampling.stop_toks = Some(StopTokens::Seqs(params.stop.clone()));
         }
 
-        let pending = match (&self.reuse, params.session) {
-            (Some(reuse), Some(session)) => {
-                reuse.settle(session).await;
-                Some(Pending::new(reuse, session))
-            }
-            _ => None,
-        };
         let admitted = self.admit(&ids).await?;
         let reused = admitted.reused;
         let (mut request, mut engine_rx) = completion_request(ids.clone(), sampling, 64);
@@ -1000,6 +1047,7 @@ impl Engine for MistralEngine {
         let (tx, rx) = mpsc::channel(64);
         let reuse = self.reuse.clone();
         let model = Arc::clone(&self.model);
+        let session = params.session.map(|s| (s, prompt.to_string()));
         tokio::spawn(async move {
             if reuse.is_some() {
                 let prompt = EngineEvent::Prompt {
@@ -1120,6 +1168,16 @@ impl Engine for MistralEngine {
                     if failed {
                         // A failed step may have evicted the cache, or not.
                         reuse.unknown_end.store(true, Ordering::SeqCst);
+                    }
+                    if let (Some((session, prompt)), false) = (session, failed) {
+                        let round = super::continued::Round {
+                            prompt,
+                            ids: ids.clone(),
+                            generated: sentinel.generated(),
+                        };
+                        if let Some(rounds) = &reuse.rounds {
+                            rounds.lock().expect("rounds lock").insert(session, round);
+                        }
                     }
                     reuse.record(&model, admitted, &ids, sentinel).await;
                     drop(pending);

@@ -11,6 +11,7 @@
 //! Dropping the receiver returned by [`Engine::generate`] cancels generation.
 
 pub mod chat_template;
+pub mod continued;
 pub mod gate;
 pub mod mistral;
 pub mod prepare;

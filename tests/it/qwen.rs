@@ -156,6 +156,7 @@ async fn qwen_renders_tokenizes_and_predicts_as_llama_cpp_does() {
         prefix_cache: false,
         prefix_cache_mib: 2048,
         naive_prefix_cache: false,
+        token_continuation: true,
     })
     .await
     .unwrap();
@@ -383,6 +384,18 @@ async fn the_default_model_searches_by_itself_and_answers() {
         "{transcript}"
     );
     assert!(!seeker_info["documents"].as_array().unwrap().is_empty());
+    // Round 2 continues round 1 by token ids: it reads from the prefix cache
+    // every token round 1 read and kept (the token that ran past the
+    // closing tag is discarded, so one may be missing). Before, the text was
+    // tokenized again and `\n<` merged: 152 of 191.
+    let (first, second) = (&rounds[0], &rounds[1]);
+    let read_and_written =
+        first["prompt_tokens"].as_u64().unwrap() + first["tokens_generated"].as_u64().unwrap();
+    let cached = second["prompt_tokens_cached"].as_u64().unwrap();
+    assert!(
+        cached + 1 >= read_and_written,
+        "round 2 read {cached} tokens from the cache of the {read_and_written} round 1 read and wrote: {answer}"
+    );
     let content = answer["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(!content.trim().is_empty(), "{answer}");
     assert_eq!(answer["choices"][0]["finish_reason"], "stop", "{answer}");
@@ -595,4 +608,97 @@ async fn the_default_model_calls_the_search_tool_and_answers() {
         answer["choices"][0]["message"]["reasoning_content"]
     );
     assert!(searched >= 1, "{streamed_body}");
+}
+
+/// Chained resumes on the default model through the real binary, as an eval
+/// harness or an RL trainer drives a rollout from outside: each request
+/// continues the previous one's transcript plus one new search call. Each
+/// runs only its new call, says what it resumed from, and reads the previous
+/// request's prompt from the prefix cache (its first round's
+/// `prompt_tokens_cached`, and `seeker_prompt_tokens_cached_total`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chained_resumes_run_only_the_new_call_and_read_the_previous_prompt_from_the_cache() {
+    let server = start_default_model(shared_index(), &[], &[]);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    let question = "Where was the painter of the Mona Lisa born?";
+    let cached_total = || async {
+        let text = client
+            .get(format!("{}/metrics", server.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("seeker_prompt_tokens_cached_total "))
+            .map_or(0.0, |v| v.trim().parse::<f64>().unwrap())
+    };
+
+    let mut transcript = String::new();
+    let mut previous_prompt_tokens = 0;
+    let queries = [
+        "Mona Lisa painter",
+        "Leonardo da Vinci birthplace",
+        "Vinci Italy",
+    ];
+    for (i, query) in queries.iter().enumerate() {
+        let message = format!("{transcript}<search> {query} </search>");
+        let body = json!({
+            "policy": "search-r1", "max_tokens": 6, "return_transcript": true,
+            "continue_final_message": true,
+            "messages": [{"role": "user", "content": question},
+                         {"role": "assistant", "content": message}]});
+        let before = cached_total().await;
+        let answer: Value = post_json(&client, &url, &body).await;
+        let info = &answer["seeker"];
+        let rounds = info["rounds"].as_array().unwrap();
+        // Only the new call was searched, and it was searched first.
+        assert_eq!(rounds[0]["queries"], json!([query]), "{answer}");
+        assert_eq!(
+            info["searches"].as_u64(),
+            Some(
+                1 + rounds
+                    .iter()
+                    .skip(1)
+                    .filter(|r| r["outcome"] == "search")
+                    .count() as u64
+            ),
+            "{answer}"
+        );
+        let next = info["transcript"].as_str().unwrap();
+        assert!(next.starts_with(&message), "{next}");
+        if i == 0 {
+            assert!(info.get("resumed").is_none(), "{answer}");
+        } else {
+            // The previous transcript was taken as written, with its calls.
+            assert_eq!(
+                info["resumed"]["bytes"].as_u64(),
+                Some(transcript.len() as u64),
+                "{answer}"
+            );
+            assert_eq!(
+                info["resumed"]["calls"].as_u64(),
+                Some(transcript.matches("</search>").count() as u64),
+                "{answer}"
+            );
+            // The first generation (the round after the new call's splice)
+            // read every token of the previous request's prompt but the last
+            // (the text re-tokenized at the seam may merge it with what
+            // follows) from the cache.
+            let cached = rounds
+                .iter()
+                .find_map(|r| r["prompt_tokens_cached"].as_u64())
+                .unwrap_or_else(|| panic!("no round was generated: {answer}"));
+            assert!(
+                cached + 1 >= previous_prompt_tokens,
+                "request {i}: {cached} cached of the previous {previous_prompt_tokens}: {answer}"
+            );
+            assert!(cached_total().await - before >= cached as f64);
+        }
+        previous_prompt_tokens = answer["usage"]["prompt_tokens"].as_u64().unwrap();
+        transcript = format!("{}\n", next.trim_end());
+    }
 }

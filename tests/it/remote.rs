@@ -169,6 +169,7 @@ async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() 
             prefix_cache: false,
             prefix_cache_mib: 2048,
             naive_prefix_cache: false,
+            token_continuation: true,
         })
         .await
         .unwrap();

@@ -35,6 +35,7 @@ async fn small(mode: Mode) -> MistralEngine {
         prefix_cache: mode != Mode::Off,
         prefix_cache_mib: 2048,
         naive_prefix_cache: mode == Mode::Naive,
+        token_continuation: true,
     })
     .await
     .expect("small model (scripts/fetch-defaults.sh --no-index)")
