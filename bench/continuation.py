@@ -9,7 +9,11 @@ request at a time. For every round after the first it reports what the round
 read from the prefix cache against what the previous round read and wrote
 (its prompt plus its generated tokens), and the tokens prefilled, per mode.
 
-usage: bench/continuation.py [--bin target/release/seeker] [--questions 6] [--max-tokens 160]
+With --force-search the assistant turn is continued from `<search>` (the model
+writes its query), so every question has at least two rounds; the default model
+writes its own search for only some questions.
+
+usage: bench/continuation.py [--bin target/release/seeker] [--questions 6] [--max-tokens 160] [--force-search]
 Needs the default model and index (scripts/fetch-defaults.sh). Prints JSON
 lines, then one summary line per mode.
 """
@@ -46,9 +50,12 @@ def start(binary, on):
     sys.exit("the model did not load within 600 s")
 
 
-def ask(base, question, max_tokens):
+def ask(base, question, max_tokens, force):
+    messages = [{"role": "user", "content": question}]
+    if force:
+        messages.append({"role": "assistant", "content": "<search>"})
     body = json.dumps({"policy": "search-r1", "max_tokens": max_tokens, "return_transcript": True,
-                       "messages": [{"role": "user", "content": question}]}).encode()
+                       "continue_final_message": force, "messages": messages}).encode()
     req = urllib.request.Request(base + "/v1/chat/completions", body,
                                  {"Content-Type": "application/json"})
     started = time.time()
@@ -73,6 +80,7 @@ def main():
     ap.add_argument("--bin", default="target/release/seeker")
     ap.add_argument("--questions", type=int, default=6)
     ap.add_argument("--max-tokens", type=int, default=160)
+    ap.add_argument("--force-search", action="store_true")
     args = ap.parse_args()
     servers = {on: start(args.bin, on) for on in (True, False)}
     totals = {on: {"rounds": 0, "cached": 0, "previous": 0, "prefilled": 0, "seconds": 0.0}
@@ -81,7 +89,7 @@ def main():
         for i, question in enumerate(questions(args.questions)):
             # Alternate which mode goes first.
             for on in ((True, False) if i % 2 == 0 else (False, True)):
-                answer, seconds = ask(servers[on][1], question, args.max_tokens)
+                answer, seconds = ask(servers[on][1], question, args.max_tokens, args.force_search)
                 rounds = [r for r in answer["seeker"]["rounds"] if "prompt_tokens" in r]
                 t = totals[on]
                 t["seconds"] += seconds
