@@ -1047,7 +1047,11 @@ impl Engine for MistralEngine {
         let (tx, rx) = mpsc::channel(64);
         let reuse = self.reuse.clone();
         let model = Arc::clone(&self.model);
-        let session = params.session.map(|s| (s, prompt.to_string()));
+        // The prompt is kept for the next round only when rounds continue by ids.
+        let session = params
+            .session
+            .filter(|_| self.reuse.as_ref().is_some_and(|r| r.rounds.is_some()))
+            .map(|s| (s, prompt.to_string()));
         tokio::spawn(async move {
             if reuse.is_some() {
                 let prompt = EngineEvent::Prompt {

@@ -123,51 +123,57 @@ mod schema {
             .into()
     }
 
+    /// FlashRAG's two answer forms: the `[documents, scores]` pair with
+    /// `return_score`, the documents alone without.
+    fn scored_or_plain(scored: Schema, plain: Schema) -> RefOr<Schema> {
+        AnyOfBuilder::new().item(scored).item(plain).into()
+    }
+
+    /// Both answers reference `WireDocument`.
+    fn with_document(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((WireDocument::name().into(), WireDocument::schema()));
+        <WireDocument as ToSchema>::schemas(schemas);
+    }
+
     impl PartialSchema for SearchResponse {
         fn schema() -> RefOr<Schema> {
-            let plain: Schema = ArrayBuilder::new()
+            let scored = pair(
+                docs(),
+                scores(),
+                "`[[doc, ...], [score, ...]]` (`return_score: true`).",
+            );
+            let plain = ArrayBuilder::new()
                 .items(Ref::from_schema_name("WireDocument"))
                 .description(Some("`[doc, ...]`."))
                 .into();
-            AnyOfBuilder::new()
-                .item(pair(
-                    docs(),
-                    scores(),
-                    "`[[doc, ...], [score, ...]]` (`return_score: true`).",
-                ))
-                .item(plain)
-                .into()
+            scored_or_plain(scored, plain)
         }
     }
 
     impl ToSchema for SearchResponse {
         fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-            schemas.push((WireDocument::name().into(), WireDocument::schema()));
-            <WireDocument as ToSchema>::schemas(schemas);
+            with_document(schemas);
         }
     }
 
     impl PartialSchema for BatchSearchResponse {
         fn schema() -> RefOr<Schema> {
-            let plain: Schema = ArrayBuilder::new()
+            let scored = pair(
+                list_of(docs()),
+                list_of(scores()),
+                "`[[[doc, ...], ...], [[score, ...], ...]]` (`return_score: true`).",
+            );
+            let plain = ArrayBuilder::new()
                 .items(RefOr::T(docs()))
                 .description(Some("`[[doc, ...], ...]`, one list per query."))
                 .into();
-            AnyOfBuilder::new()
-                .item(pair(
-                    list_of(docs()),
-                    list_of(scores()),
-                    "`[[[doc, ...], ...], [[score, ...], ...]]` (`return_score: true`).",
-                ))
-                .item(plain)
-                .into()
+            scored_or_plain(scored, plain)
         }
     }
 
     impl ToSchema for BatchSearchResponse {
         fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-            schemas.push((WireDocument::name().into(), WireDocument::schema()));
-            <WireDocument as ToSchema>::schemas(schemas);
+            with_document(schemas);
         }
     }
 }

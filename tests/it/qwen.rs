@@ -624,14 +624,7 @@ async fn chained_resumes_run_only_the_new_call_and_read_the_previous_prompt_from
     let url = format!("{}/v1/chat/completions", server.base);
     let question = "Where was the painter of the Mona Lisa born?";
     let cached_total = || async {
-        let text = client
-            .get(format!("{}/metrics", server.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = crate::common::metrics_of(&client, &server.base).await;
         text.lines()
             .find_map(|l| l.strip_prefix("seeker_prompt_tokens_cached_total "))
             .map_or(0.0, |v| v.trim().parse::<f64>().unwrap())
