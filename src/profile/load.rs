@@ -441,6 +441,7 @@ impl Profile {
             query_close: raw.tags.query_close,
             answer_open: raw.tags.answer_open,
             answer_close: raw.tags.answer_close,
+            documents_close: documents_close(&raw.splice.block),
             documents_open: raw.tags.documents_open,
             stop: raw.tags.stop,
             query_separator: raw.query.separator,
@@ -495,6 +496,20 @@ impl Profile {
             return Err(ProfileError::Empty(dir.to_path_buf()));
         }
         Ok(profiles)
+    }
+}
+
+/// The tag that closes a document block: the first tag after `{docs}` in
+/// `splice.block` (`</information>` for `"\n\n<information>{docs}</information>\n\n"`);
+/// empty when the block has none.
+fn documents_close(block: &str) -> String {
+    let Some((_, after)) = block.split_once("{docs}") else {
+        return String::new();
+    };
+    let after = after.trim_start();
+    match (after.starts_with('<'), after.find('>')) {
+        (true, Some(end)) => after[..=end].to_string(),
+        _ => String::new(),
     }
 }
 

@@ -283,6 +283,9 @@ pub struct Profile {
     pub answer_close: String,
     /// A document-block opening tag the model must never write itself; empty if none.
     pub documents_open: String,
+    /// The tag that closes a spliced document block: the first tag after
+    /// `{docs}` in `splice.block` (`</information>`); empty if it has none.
+    pub documents_close: String,
     /// More strings that end generation, such as end-of-turn tokens written as
     /// text (R1-Searcher stops at `<|im_end|>` and `<|endoftext|>`).
     pub stop: Vec<String>,

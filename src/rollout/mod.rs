@@ -52,7 +52,7 @@ use crate::search::dispatch::{Dispatcher, QueryResult};
 use crate::search::Document;
 use crate::toolcall::{parse_turn, ToolCall};
 use answer::{AnswerStripper, StopFilter};
-pub use resume::Resumed;
+pub use resume::{Resumed, Unanswered};
 
 /// What a rollout needs: the engine, the search dispatcher and the policy profile.
 #[derive(Clone)]
@@ -357,6 +357,9 @@ pub enum RolloutError {
     NoQuestion,
     #[error("continue_final_message needs the last message to be an assistant message")]
     NothingToContinue,
+    /// The continued message cannot be resumed (validation refuses it first).
+    #[error(transparent)]
+    Continuation(#[from] resume::Unanswered),
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The event receiver was dropped (the client left).
@@ -375,6 +378,15 @@ struct RoundEnded {
     engine_finish: Option<EngineFinish>,
     /// Tokens the engine generated this round.
     tokens: usize,
+}
+
+/// Whether `text`, a continued assistant message, can be resumed by
+/// `profile`'s rollouts (the HTTP layer checks before it answers 200).
+///
+/// # Errors
+/// [`Unanswered`] for a call nothing answers with more text after it.
+pub fn check_continuation(profile: &Profile, text: &str) -> Result<(), Unanswered> {
+    resume::split(profile, text).map(|_| ())
 }
 
 /// Runs one rollout to the end, sending events on `events`.
@@ -599,7 +611,7 @@ impl<'a> Rollout<'a> {
         // are kept as written; only its tail is scanned.
         let continuation = match continuation {
             Some(text) => {
-                let split = resume::split(&profile, &text);
+                let split = resume::split(&profile, &text)?;
                 if !split.trusted.is_empty() {
                     self.transcript.push_str(split.trusted);
                     self.calls += split.calls;

@@ -43,57 +43,121 @@ pub(super) struct Split<'t> {
     pub calls: usize,
 }
 
-/// Splits `text`, the client's continued assistant message, for `profile`
-/// (see the module docs). `trusted` is empty, and `tail` the whole message,
-/// when the message holds no call it answers itself.
-pub(super) fn split<'t>(profile: &Profile, text: &'t str) -> Split<'t> {
+/// A continued message seeker cannot resume from: a call that no document
+/// block answers, with more of the client's text after it. Running the call
+/// would drop that text; keeping the text would leave the call unanswered.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the continued assistant message has a call at byte {at} ({call:?}) that no {documents} \
+     block answers, and more text after it: end the message after the call for seeker to run \
+     it, or splice the call's documents after it"
+)]
+pub struct Unanswered {
+    /// Byte offset of the call's opening tag (its closing tag when it has none).
+    pub at: usize,
+    /// The call as the client wrote it, cut to 80 characters.
+    pub call: String,
+    /// The document-block opening tag that answers a call (`<information>`).
+    pub documents: String,
+}
+
+/// Splits `text`, the client's continued assistant message, for `profile`.
+///
+/// The message is read left to right. A call whose closing tag is followed
+/// (after whitespace) by the profile's document-block opening is answered:
+/// it counts, and the scan goes on after the block's closing tag, so a tag
+/// inside the documents is never taken for a call. The trusted prefix ends
+/// at the first of: an answer opening, a call nothing answers, the end. A
+/// message with no answered call before that point is all tail, as before.
+///
+/// # Errors
+/// [`Unanswered`] when a call nothing answers is followed by more text.
+pub(super) fn split<'t>(profile: &Profile, text: &'t str) -> Result<Split<'t>, Unanswered> {
     let whole = Split {
         trusted: "",
         tail: text,
         calls: 0,
     };
     if profile.tools.is_some() {
-        return whole;
+        return Ok(whole);
     }
     let mut calls: Vec<(&str, &str)> = vec![(&profile.query_open, &profile.query_close)];
     if let Some(pages) = &profile.pages {
         calls.push((&pages.open, &pages.close));
     }
     calls.retain(|(_, close)| !close.is_empty());
-    // The last closing tag of any call, and the opening tag of its kind.
-    let Some((close_at, close_end, open)) = calls
-        .iter()
-        .filter_map(|(open, close)| text.rfind(close).map(|at| (at, at + close.len(), *open)))
-        .max_by_key(|(at, _, _)| *at)
-    else {
-        return whole;
-    };
-    let cut = if text[close_end..].trim().is_empty() {
-        // Unanswered: the tail is the call, from its opening tag.
-        (!open.is_empty())
-            .then(|| text[..close_at].rfind(open))
+    let documents = profile.documents_open.as_str();
+    let documents_close = profile.documents_close.as_str();
+    let answer = profile.answer_open.as_str();
+    // Where the text since the last answered call (or the start) begins.
+    let mut segment = 0;
+    let mut at = 0;
+    let mut count = 0;
+    let cut = loop {
+        // The earliest tag from `at`: a call's close, a document block, an answer.
+        let closes = calls.iter().filter_map(|&(open, close)| {
+            text[at..]
+                .find(close)
+                .map(|i| (at + i, Some((open, close))))
+        });
+        let blocks = [documents, answer]
+            .into_iter()
+            .filter(|tag| !tag.is_empty())
+            .filter_map(|tag| text[at..].find(tag).map(|i| (at + i, None)));
+        let Some((found, call)) = closes.chain(blocks).min_by_key(|(i, _)| *i) else {
+            break text.len();
+        };
+        let Some((open, close)) = call else {
+            if !answer.is_empty() && text[found..].starts_with(answer) {
+                break found;
+            }
+            // The client's own document block, not after a call: kept as is.
+            at = skip_block(text, found, documents, documents_close);
+            continue;
+        };
+        let close_end = found + close.len();
+        let opened = (!open.is_empty())
+            .then(|| text[segment..found].rfind(open))
             .flatten()
-            .unwrap_or(close_at)
-    } else {
-        // Answered: the tail is an answer opened after it, if any.
-        let answer = &profile.answer_open;
-        (!answer.is_empty())
-            .then(|| text[close_end..].rfind(answer.as_str()))
-            .flatten()
-            .map_or(text.len(), |at| close_end + at)
+            .map(|i| segment + i);
+        let after = &text[close_end..];
+        let rest = after.trim_start();
+        if opened.is_some() && !documents.is_empty() && rest.starts_with(documents) {
+            count += 1;
+            at = skip_block(text, text.len() - rest.len(), documents, documents_close);
+            segment = at;
+            continue;
+        }
+        let call_at = opened.unwrap_or(found);
+        if !rest.is_empty() {
+            return Err(Unanswered {
+                at: call_at,
+                call: text[call_at..close_end].chars().take(80).collect(),
+                documents: documents.to_string(),
+            });
+        }
+        break call_at;
     };
-    let trusted = &text[..cut];
-    let count = calls
-        .iter()
-        .map(|(_, close)| trusted.matches(close).count())
-        .sum();
     if count == 0 {
-        return whole;
+        return Ok(whole);
     }
-    Split {
-        trusted,
+    Ok(Split {
+        trusted: &text[..cut],
         tail: &text[cut..],
         calls: count,
+    })
+}
+
+/// The end of the document block whose opening tag starts at `from`: after
+/// its closing tag, or the end of `text` when it is never closed.
+fn skip_block(text: &str, from: usize, open: &str, close: &str) -> usize {
+    let body = from + open.len();
+    match (!close.is_empty())
+        .then(|| text[body..].find(close))
+        .flatten()
+    {
+        Some(i) => body + i + close.len(),
+        None => text.len(),
     }
 }
 
@@ -111,7 +175,7 @@ mod tests {
         let p = search_r1();
         for text in ["", "Let me think.", "<search> open", "<answer> Par"] {
             assert_eq!(
-                split(&p, text),
+                split(&p, text).unwrap(),
                 Split {
                     trusted: "",
                     tail: text,
@@ -125,8 +189,8 @@ mod tests {
     fn a_lone_trailing_call_is_the_tail_as_before() {
         let p = search_r1();
         let text = "<think>hm</think>\n<search> q1 </search>\n";
-        assert_eq!(split(&p, text).tail, text);
-        assert_eq!(split(&p, text).calls, 0);
+        assert_eq!(split(&p, text).unwrap().tail, text);
+        assert_eq!(split(&p, text).unwrap().calls, 0);
     }
 
     #[test]
@@ -134,7 +198,7 @@ mod tests {
         let p = search_r1();
         let head = "<search> q1 </search>\n\n<information>Doc 1(Title: \"A\") a\n</information>\n\n<think>more</think>\n";
         let text = format!("{head}<search> q2 </search>");
-        let s = split(&p, &text);
+        let s = split(&p, &text).unwrap();
         assert_eq!(s.trusted, head);
         assert_eq!(s.tail, "<search> q2 </search>");
         assert_eq!(s.calls, 1);
@@ -144,10 +208,10 @@ mod tests {
     fn after_its_last_answered_call_the_message_is_trusted_up_to_an_open_answer() {
         let p = search_r1();
         let head = "<search> q1 </search>\n\n<information>x</information>\n\n";
-        let s = split(&p, head);
+        let s = split(&p, head).unwrap();
         assert_eq!((s.trusted, s.tail, s.calls), (head, "", 1));
         let text = format!("{head}<think>so</think>\n<answer> Par");
-        let s = split(&p, &text);
+        let s = split(&p, &text).unwrap();
         assert_eq!(s.trusted, format!("{head}<think>so</think>\n"));
         assert_eq!(s.tail, "<answer> Par");
     }
@@ -156,7 +220,7 @@ mod tests {
     fn several_answered_calls_all_count() {
         let p = search_r1();
         let text = "<search> a </search><information>x</information><search> b </search><information>y</information><search> c </search>";
-        let s = split(&p, text);
+        let s = split(&p, text).unwrap();
         assert_eq!(s.calls, 2);
         assert_eq!(s.tail, "<search> c </search>");
     }
@@ -165,6 +229,73 @@ mod tests {
     fn tool_calling_profiles_are_not_split() {
         let p = shipped("tool-search");
         let text = "<tool_call>\n{}\n</tool_call>\nmore";
-        assert_eq!(split(&p, text).tail, text);
+        assert_eq!(split(&p, text).unwrap().tail, text);
+    }
+
+    #[test]
+    fn a_stray_closing_tag_after_an_answered_call_is_the_tail() {
+        let p = search_r1();
+        let head = "<search> q1 </search>\n\n<information>x</information>\n\nso ";
+        let text = format!("{head}</search>");
+        let s = split(&p, &text).unwrap();
+        assert_eq!((s.trusted, s.tail, s.calls), (head, "</search>", 1));
+    }
+
+    #[test]
+    fn tags_inside_the_documents_are_not_calls() {
+        let p = search_r1();
+        let head =
+            "<search> q1 </search>\n\n<information>a <search> b </search> c</information>\n\n";
+        let text = format!("{head}<search> q2 </search>");
+        let s = split(&p, &text).unwrap();
+        assert_eq!((s.trusted, s.calls), (head, 1));
+        assert_eq!(s.tail, "<search> q2 </search>");
+    }
+
+    #[test]
+    fn a_call_nothing_answers_with_text_after_it_is_refused() {
+        let p = search_r1();
+        for text in [
+            "<search> q1 </search> I guess Paris.",
+            "<search> q1 </search>\u{2039}|im_end|\u{203a}",
+            "<search> q1 </search><information>x</information><search> q2 </search> more",
+        ] {
+            let e = split(&p, text).unwrap_err();
+            assert_eq!(e.documents, "<information>");
+            assert!(text[e.at..].starts_with("<search>"), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_answer_ends_the_trusted_prefix_with_or_without_an_earlier_call() {
+        let p = search_r1();
+        let text = "<answer> Paris </answer><search> q </search>";
+        assert_eq!(split(&p, text).unwrap().tail, text);
+        let head = "<search> a </search><information>x</information>";
+        let text = format!("{head}<answer> Paris </answer><search> q </search>");
+        let s = split(&p, &text).unwrap();
+        assert_eq!(s.trusted, head);
+        assert_eq!(s.tail, "<answer> Paris </answer><search> q </search>");
+    }
+
+    #[test]
+    fn page_reads_and_their_chunks_are_answered_calls() {
+        let p = shipped("asearcher");
+        let head = "<access> https://a.example </access>\n\n<information>\n>>>> Page 1 >>>>\n\nx </search>\n</information>\n<think>\nok</think>\n\n<information>\n>>>> Page 2 >>>>\n\ny\n</information>\n<think>\n";
+        let text = format!("{head}<search> q </search>");
+        let s = split(&p, &text).unwrap();
+        assert_eq!((s.trusted, s.calls), (head, 1));
+    }
+
+    #[test]
+    fn the_document_block_closes_at_the_tag_after_docs() {
+        for (name, close) in [
+            ("search-r1", "</information>"),
+            ("r1-searcher", "<|end_of_documents|>"),
+            ("research", "</result>"),
+            ("r-search", "</observation>"),
+        ] {
+            assert_eq!(shipped(name).documents_close, close, "{name}");
+        }
     }
 }

@@ -174,6 +174,7 @@ impl From<RolloutError> for ApiError {
                 param: Some("messages".into()),
             },
             RolloutError::NoQuestion => ApiError::invalid_field("messages", e.to_string()),
+            RolloutError::Continuation(_) => ApiError::invalid_field("messages", e.to_string()),
             RolloutError::NothingToContinue => {
                 ApiError::invalid_field("continue_final_message", e.to_string())
             }

@@ -305,6 +305,12 @@ pub(crate) fn validate(
             "a required or named tool_choice cannot be combined with continue_final_message",
         ));
     }
+    if continue_final_message {
+        let last = messages.len() - 1;
+        crate::rollout::check_continuation(&profile, &messages[last].content).map_err(|e| {
+            ApiError::invalid_field(&format!("messages[{last}].content"), e.to_string())
+        })?;
+    }
     let client_tools = ClientTools {
         functions,
         choice,

@@ -680,3 +680,37 @@ async fn arrays_are_not_accepted_where_objects_belong() {
         assert_eq!(error_of(&text)["param"], param, "{text}");
     }
 }
+
+/// A continued message with a search call nothing answered, followed by more
+/// text, is refused up front with a 400 naming the message — streamed or not —
+/// before any search or generation: the client's text would otherwise be
+/// dropped (the rollout restarts from the call) or trusted without documents.
+#[tokio::test]
+async fn a_continued_message_with_an_unanswered_call_then_text_is_a_400() {
+    for stream in [false, true] {
+        let engine = script();
+        let prompts = engine.clone();
+        let body = json!({
+            "stream": stream,
+            "continue_final_message": true,
+            "messages": [
+                {"role": "user", "content": "Who painted the Mona Lisa?"},
+                {"role": "assistant", "content":
+                    "<think>look</think><search> Mona Lisa painter </search> I think it was Leonardo."}
+            ]
+        })
+        .to_string();
+        let (status, text) = send(state(Some(engine)), "POST", "/v1/chat/completions", &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "stream {stream}: {text}");
+        let err = error_of(&text);
+        assert_eq!(err["param"], "messages[1].content", "{text}");
+        let message = err["message"].as_str().unwrap();
+        assert!(message.contains("Mona Lisa painter"), "{message}");
+        assert!(message.contains("<information>"), "{message}");
+        assert!(
+            prompts.prompts().is_empty(),
+            "the engine ran: {:?}",
+            prompts.prompts()
+        );
+    }
+}
