@@ -47,7 +47,7 @@ use crate::profile::{
     defuse, AnswerFallback, CallPlan, PageChunk, Profile, PromptText, QueryOutcome, QuestionSearch,
     RoundCap, ToolResult,
 };
-use crate::scanner::{Region, RoundEnd, ScanEvent, TagScanner};
+use crate::scanner::{Region, RoundEnd, ScanEvent, TagKind, TagScanner};
 use crate::search::dispatch::{Dispatcher, QueryResult};
 use crate::search::Document;
 use crate::toolcall::{parse_turn, ToolCall};
@@ -1183,6 +1183,15 @@ impl<'a> Rollout<'a> {
                     RoundEnd::Query(_) => Some(profile.query_close.clone()),
                     RoundEnd::Page(_) => profile.pages.as_ref().map(|p| p.close.clone()),
                     RoundEnd::Pause => profile.pages.as_ref().map(|p| p.pause.clone()),
+                    // A closing tag without its opening stays in the transcript
+                    // (an invalid action), so the reasoning shows it too; inside
+                    // an open answer it is the answer's business.
+                    RoundEnd::Unmatched(kind) if !self.answer_open => match kind {
+                        TagKind::QueryClose => Some(profile.query_close.clone()),
+                        TagKind::AnswerClose => Some(profile.answer_close.clone()),
+                        TagKind::PageClose => profile.pages.as_ref().map(|p| p.close.clone()),
+                        _ => None,
+                    },
                     _ => None,
                 };
                 if let Some(tag) = tag {

@@ -251,6 +251,43 @@ async fn a_model_written_document_block_is_never_trusted() {
     assert!(!outcome.transcript.contains("fake"));
 }
 
+/// A closing tag without its opening is an invalid action that stays in the
+/// transcript; the streamed reasoning shows it where it stands, so reasoning
+/// and splices read back as the transcript does.
+#[tokio::test]
+async fn an_unmatched_closing_tag_is_streamed_as_it_stays_in_the_transcript() {
+    for (close, name) in [("</search>", "search"), ("</answer>", "answer")] {
+        let scripts = search_r1_ask(&[
+            &["<think>Found it.</think>", close],
+            &["<answer> x </answer>"],
+        ]);
+        let (result, events, _) = rollout(profile("search-r1"), scripts, backend(), ask("q")).await;
+        let outcome = result.unwrap();
+        assert_eq!(
+            outcome.rounds[0].outcome,
+            RoundOutcome::InvalidAction,
+            "{name}"
+        );
+        let streamed: String = events
+            .iter()
+            .filter_map(|e| match e {
+                RolloutEvent::Reasoning(t) | RolloutEvent::Splice(t) => Some(t.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            streamed.starts_with(&format!(
+                "<think>Found it.</think>{close}\nMy previous action"
+            )),
+            "{name}: {streamed:?}"
+        );
+        assert!(
+            outcome.transcript.contains(&streamed),
+            "{name}: {streamed:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn query_whitespace_is_normalised_and_empty_calls_get_the_no_query_text() {
     let scripts = search_r1_ask(&[
