@@ -125,32 +125,37 @@ struct EvalArgs {
     #[arg(long)]
     dataset: PathBuf,
     /// Server base URL (seeker or any OpenAI-compatible server).
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:8080",
+        conflicts_with = "retrieval_only"
+    )]
     url: String,
     /// Model id to request.
-    #[arg(long, default_value = "default")]
+    #[arg(long, default_value = "default", conflicts_with = "retrieval_only")]
     model: String,
     /// seeker policy profile (default: the server's).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "retrieval_only")]
     policy: Option<String>,
     /// seeker search backend (default: the server's); with
     /// --retrieval-only: `tantivy` (BM25), `dense`, `hybrid` or a backend of
     /// the config (default: its search.default).
     #[arg(long)]
     backend: Option<String>,
-    /// Documents per query (default: the profile's).
-    #[arg(long)]
-    top_k: Option<usize>,
+    /// Documents per query, 1 to 50 as the server allows (default: the
+    /// profile's; with --retrieval-only: 3).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(seeker::server::MAX_TOP_K)))]
+    top_k: Option<u32>,
     /// Generated-token budget per question, all rounds together.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, conflicts_with = "retrieval_only")]
     max_tokens: usize,
     /// Sampling temperature; 0 is greedy and reproducible.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, conflicts_with = "retrieval_only")]
     temperature: f64,
     /// Questions in flight at once (with --retrieval-only: search rounds in
     /// flight, for latency under load).
-    #[arg(long, default_value_t = 1)]
-    concurrency: usize,
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    concurrency: u32,
     /// Skip the first N questions (after the evidence filter): held-out
     /// questions after a set used for tuning.
     #[arg(long, default_value_t = 0)]
@@ -174,7 +179,7 @@ struct EvalArgs {
     #[arg(long)]
     out: Option<PathBuf>,
     /// Seconds allowed per question.
-    #[arg(long, default_value_t = 600)]
+    #[arg(long, default_value_t = 600, conflicts_with = "retrieval_only")]
     timeout: u64,
     /// Bearer key for the server.
     #[arg(long, env = "SEEKER_API_KEY", hide_env_values = true)]
@@ -189,11 +194,11 @@ struct EvalArgs {
     #[arg(long, requires = "retrieval_only")]
     queries_from: Option<PathBuf>,
     /// Index for --retrieval-only.
-    #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
+    #[arg(long, default_value = seeker::config::DEFAULT_INDEX, requires = "retrieval_only")]
     index: PathBuf,
     /// Config file for --retrieval-only ([search]: backends, [search.dense],
     /// [search.hybrid]); default: config/seeker.toml when it exists.
-    #[arg(long)]
+    #[arg(long, requires = "retrieval_only")]
     config: Option<PathBuf>,
 }
 
@@ -447,8 +452,8 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
                 .clone()
                 .unwrap_or_else(|| search.default.clone()),
             search,
-            k: args.top_k.unwrap_or(3),
-            clients: args.concurrency,
+            k: args.top_k.map_or(3, |k| k as usize),
+            clients: args.concurrency as usize,
             queries_from: args.queries_from,
         })
     } else {
@@ -457,10 +462,10 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
             model: args.model,
             policy: args.policy,
             backend: args.backend,
-            top_k: args.top_k,
+            top_k: args.top_k.map(|k| k as usize),
             max_tokens: args.max_tokens,
             temperature: args.temperature,
-            concurrency: args.concurrency,
+            concurrency: args.concurrency as usize,
             timeout: std::time::Duration::from_secs(args.timeout),
             api_key: args.api_key,
         })

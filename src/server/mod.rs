@@ -38,6 +38,7 @@ pub(crate) mod validate;
 
 pub use listen::run;
 pub use state::AppState;
+pub use validate::MAX_TOP_K;
 
 use std::sync::Arc;
 use std::time::Duration;

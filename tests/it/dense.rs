@@ -296,6 +296,32 @@ async fn index_dense_then_serve_dense_and_hybrid_through_the_real_binary() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no index here"), "{stderr}");
+    // A top-k outside what the server allows, or a generation flag a
+    // retrieval-only run would ignore, is refused before anything runs.
+    for (extra, says) in [
+        (&["--top-k", "0"][..], "0 is not in 1..=50"),
+        (&["--top-k", "1000000"][..], "1000000 is not in 1..=50"),
+        (
+            &["--max-tokens", "5"][..],
+            "cannot be used with '--max-tokens",
+        ),
+        (
+            &["--temperature", "0.7"][..],
+            "cannot be used with '--temperature",
+        ),
+    ] {
+        let out = Command::new(SEEKER)
+            .args(["eval", "--retrieval-only", "--dataset"])
+            .arg(&dataset)
+            .arg("--index")
+            .arg(&index)
+            .args(extra)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(says), "{extra:?}: {stderr}");
+    }
 
     // Past search.dense.approximate_above the build adds an HNSW graph, and
     // the dense backend searches it: on 500 rows it finds what exact search
