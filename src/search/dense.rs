@@ -56,10 +56,12 @@ pub enum DenseError {
     Ann(#[from] super::ann::AnnError),
     /// No dense index, or one that does not belong to this BM25 index or
     /// encoder; the message says how to build the right one.
-    #[error("{path}: {reason}; build it with `seeker index --dense MODEL_DIR --index {index}`")]
+    #[error("{path}: {reason}; build it with `seeker index --dense {model} --index {index}`")]
     Unusable {
         path: PathBuf,
         index: PathBuf,
+        /// The encoder's directory, as the rebuild command needs it.
+        model: PathBuf,
         reason: String,
     },
 }
@@ -282,7 +284,8 @@ impl DenseIndex {
     /// Opens `<index_dir>/dense` for the BM25 index `bm25` (opened from the
     /// same directory) and the encoder `spec`; a graph built beside the
     /// vectors is loaded instead of them and searched with `ef_search`
-    /// candidates.
+    /// candidates. `model_dir`, the encoder's directory, only goes into the
+    /// rebuild command an error names.
     ///
     /// # Errors
     /// [`DenseError::Unusable`] when there is no dense index, or it was built
@@ -292,12 +295,14 @@ impl DenseIndex {
         index_dir: &Path,
         bm25: &Bm25Index,
         spec: &EncoderSpec,
+        model_dir: &Path,
         ef_search: usize,
     ) -> Result<Self, DenseError> {
         let dir = index_dir.join(DENSE_DIR);
         let unusable = |reason: String| DenseError::Unusable {
             path: dir.clone(),
             index: index_dir.to_path_buf(),
+            model: model_dir.to_path_buf(),
             reason,
         };
         let manifest_path = dir.join(DENSE_MANIFEST);

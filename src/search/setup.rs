@@ -142,6 +142,7 @@ fn add_dense(
             &config.index,
             index,
             embedder.spec(),
+            model,
             config.dense.ef_search,
         )?;
         let rows = dense_index.manifest().rows;

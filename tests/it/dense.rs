@@ -296,6 +296,60 @@ async fn index_dense_then_serve_dense_and_hybrid_through_the_real_binary() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no index here"), "{stderr}");
+    // A dense index beside a BM25 index of another corpus is not used, and
+    // the error names the command that rebuilds it, with the encoder's
+    // directory (not a placeholder).
+    let other_corpus = tmp.path().join("other.jsonl");
+    let other: String = text
+        .lines()
+        .skip(500)
+        .take(50)
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&other_corpus, other).unwrap();
+    let other_index = tmp.path().join("other-index");
+    let status = Command::new(SEEKER)
+        .args(["index", "--corpus"])
+        .arg(&other_corpus)
+        .arg("--index")
+        .arg(&other_index)
+        .output()
+        .unwrap()
+        .status;
+    assert!(status.success());
+    std::fs::create_dir_all(other_index.join("dense")).unwrap();
+    for file in ["seeker-dense.json", "vectors.f32"] {
+        std::fs::copy(
+            index.join("dense").join(file),
+            other_index.join("dense").join(file),
+        )
+        .unwrap();
+    }
+    let out = Command::new(SEEKER)
+        .args([
+            "eval",
+            "--retrieval-only",
+            "--backend",
+            "dense",
+            "--dataset",
+        ])
+        .arg(&dataset)
+        .arg("--index")
+        .arg(&other_index)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let rebuild = format!(
+        "seeker index --dense {} --index {}",
+        seeker::config::DEFAULT_ENCODER,
+        other_index.display()
+    );
+    assert!(
+        stderr.contains("another corpus") && stderr.contains(&rebuild),
+        "{stderr}"
+    );
+
     // A top-k outside what the server allows, or a generation flag a
     // retrieval-only run would ignore, is refused before anything runs.
     for (extra, says) in [
