@@ -52,7 +52,7 @@ use crate::search::dispatch::{Dispatcher, QueryResult};
 use crate::search::Document;
 use crate::toolcall::{parse_turn, ToolCall};
 use answer::{AnswerStripper, StopFilter};
-pub use resume::{Resumed, Unanswered};
+pub use resume::{Resumed, Unresumable};
 
 /// What a rollout needs: the engine, the search dispatcher and the policy profile.
 #[derive(Clone)]
@@ -359,7 +359,7 @@ pub enum RolloutError {
     NothingToContinue,
     /// The continued message cannot be resumed (validation refuses it first).
     #[error(transparent)]
-    Continuation(#[from] resume::Unanswered),
+    Continuation(#[from] resume::Unresumable),
     #[error(transparent)]
     Engine(#[from] EngineError),
     /// The event receiver was dropped (the client left).
@@ -384,8 +384,9 @@ struct RoundEnded {
 /// `profile`'s rollouts (the HTTP layer checks before it answers 200).
 ///
 /// # Errors
-/// [`Unanswered`] for a call nothing answers with more text after it.
-pub fn check_continuation(profile: &Profile, text: &str) -> Result<(), Unanswered> {
+/// [`Unresumable`] for a call nothing answers with more text after it, or a
+/// tool response inline in a tool-calling policy's message.
+pub fn check_continuation(profile: &Profile, text: &str) -> Result<(), Unresumable> {
     resume::split(profile, text).map(|_| ())
 }
 

@@ -43,22 +43,41 @@ pub(super) struct Split<'t> {
     pub calls: usize,
 }
 
-/// A continued message seeker cannot resume from: a call that no document
-/// block answers, with more of the client's text after it. Running the call
-/// would drop that text; keeping the text would leave the call unanswered.
+/// A continued assistant message seeker cannot resume from without losing
+/// some of it; the HTTP layer answers it with a 400 naming the message.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the continued assistant message has a call at byte {at} ({call:?}) that no {documents} \
-     block answers, and more text after it: end the message after the call for seeker to run \
-     it, or splice the call's documents after it"
-)]
-pub struct Unanswered {
-    /// Byte offset of the call's opening tag (its closing tag when it has none).
-    pub at: usize,
-    /// The call as the client wrote it, cut to 80 characters.
-    pub call: String,
-    /// The document-block opening tag that answers a call (`<information>`).
-    pub documents: String,
+pub enum Unresumable {
+    /// A call that no document block answers, with more of the client's
+    /// text after it. Running the call would drop that text; keeping the
+    /// text would leave the call unanswered.
+    #[error(
+        "the continued assistant message has a call at byte {at} ({call:?}) that no {documents} \
+         block answers, and more text after it: end the message after the call for seeker to \
+         run it, or splice the call's documents after it"
+    )]
+    Unanswered {
+        /// Byte offset of the call's opening tag (its closing tag when it has none).
+        at: usize,
+        /// The call as the client wrote it, cut to 80 characters.
+        call: String,
+        /// The document-block opening tag that answers a call (`<information>`).
+        documents: String,
+    },
+    /// A tool-calling policy's continued message holding a tool response
+    /// inline: the policy reads tool responses as their own turns, so the
+    /// rollout would cut the message there.
+    #[error(
+        "the continued assistant message holds a tool response ({documents} at byte {at}): a \
+         tool-calling policy reads tool responses as their own turns — send the call in the \
+         assistant message (its text or tool_calls), each response as a `tool` message after \
+         it, and continue from there"
+    )]
+    InlineToolResponse {
+        /// Byte offset of the response's opening tag.
+        at: usize,
+        /// The tool-response opening tag (`<tool_response>`).
+        documents: String,
+    },
 }
 
 /// Splits `text`, the client's continued assistant message, for `profile`.
@@ -71,14 +90,26 @@ pub struct Unanswered {
 /// message with no answered call before that point is all tail, as before.
 ///
 /// # Errors
-/// [`Unanswered`] when a call nothing answers is followed by more text.
-pub(super) fn split<'t>(profile: &Profile, text: &'t str) -> Result<Split<'t>, Unanswered> {
+/// [`Unresumable::Unanswered`] when a call nothing answers is followed by
+/// more text; [`Unresumable::InlineToolResponse`] when a tool-calling
+/// profile's message holds a tool response (those are `tool` messages).
+pub(super) fn split<'t>(profile: &Profile, text: &'t str) -> Result<Split<'t>, Unresumable> {
     let whole = Split {
         trusted: "",
         tail: text,
         calls: 0,
     };
     if profile.tools.is_some() {
+        let documents = profile.documents_open.as_str();
+        if let Some(at) = (!documents.is_empty())
+            .then(|| text.find(documents))
+            .flatten()
+        {
+            return Err(Unresumable::InlineToolResponse {
+                at,
+                documents: documents.to_string(),
+            });
+        }
         return Ok(whole);
     }
     let mut calls: Vec<(&str, &str)> = vec![(&profile.query_open, &profile.query_close)];
@@ -130,7 +161,7 @@ pub(super) fn split<'t>(profile: &Profile, text: &'t str) -> Result<Split<'t>, U
         }
         let call_at = opened.unwrap_or(found);
         if !rest.is_empty() {
-            return Err(Unanswered {
+            return Err(Unresumable::Unanswered {
                 at: call_at,
                 call: text[call_at..close_end].chars().take(80).collect(),
                 documents: documents.to_string(),
@@ -233,6 +264,24 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_response_inline_in_a_tool_calling_message_is_refused() {
+        for name in ["tool-search", "recall", "tongyi-deepresearch"] {
+            let p = shipped(name);
+            let text = format!(
+                "<tool_call>\n{{}}\n</tool_call>\n{}x\n</tool_response>\n<tool_call>\n{{}}\n</tool_call>",
+                p.documents_open
+            );
+            let e = split(&p, &text).unwrap_err();
+            let Unresumable::InlineToolResponse { at, documents } = &e else {
+                panic!("{name}: {e}");
+            };
+            assert_eq!(documents, &p.documents_open, "{name}");
+            assert!(text[*at..].starts_with(&p.documents_open), "{name}: {e}");
+            assert!(e.to_string().contains("`tool` message"), "{e}");
+        }
+    }
+
+    #[test]
     fn a_stray_closing_tag_after_an_answered_call_is_the_tail() {
         let p = search_r1();
         let head = "<search> q1 </search>\n\n<information>x</information>\n\nso ";
@@ -261,8 +310,11 @@ mod tests {
             "<search> q1 </search><information>x</information><search> q2 </search> more",
         ] {
             let e = split(&p, text).unwrap_err();
-            assert_eq!(e.documents, "<information>");
-            assert!(text[e.at..].starts_with("<search>"), "{text}: {e}");
+            let Unresumable::Unanswered { at, documents, .. } = &e else {
+                panic!("{text}: {e}");
+            };
+            assert_eq!(documents, "<information>");
+            assert!(text[*at..].starts_with("<search>"), "{text}: {e}");
         }
     }
 

@@ -713,4 +713,26 @@ async fn a_continued_message_with_an_unanswered_call_then_text_is_a_400() {
             prompts.prompts()
         );
     }
+    // A tool-calling policy's message with a tool response inline would be
+    // cut at the response: refused, pointing at `tool` messages.
+    let body = json!({
+        "policy": "tool-search",
+        "continue_final_message": true,
+        "messages": [
+            {"role": "user", "content": "Who painted the Mona Lisa?"},
+            {"role": "assistant", "content": "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Mona Lisa\"}}\n</tool_call>\n<tool_response>\nDoc 1 x\n</tool_response>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Leonardo\"}}\n</tool_call>"}
+        ]
+    })
+    .to_string();
+    let engine = script();
+    let prompts = engine.clone();
+    let (status, text) = send(state(Some(engine)), "POST", "/v1/chat/completions", &body).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    let err = error_of(&text);
+    assert_eq!(err["param"], "messages[1].content", "{text}");
+    assert!(
+        err["message"].as_str().unwrap().contains("`tool` message"),
+        "{text}"
+    );
+    assert!(prompts.prompts().is_empty());
 }
