@@ -694,8 +694,9 @@ async fn chained_resumes_run_only_the_new_call_and_read_the_previous_prompt_from
         previous_prompt_tokens = answer["usage"]["prompt_tokens"].as_u64().unwrap();
         // The next request continues this transcript with one more call. A
         // harness does not call inside an answer the model has opened (seeker
-        // reads such a call as answer text, as it does while generating), so
-        // a generated tail that opens one is replaced by the new call.
+        // does not search such a call: the answer ends at it, as it does while
+        // generating), so a generated tail that opens one is replaced by the
+        // new call.
         let spliced = next.rfind("</information>").unwrap() + "</information>".len();
         transcript = if next[spliced..].contains("<answer>") {
             format!("{}\n\n", &next[..spliced])
