@@ -322,8 +322,19 @@ impl Rollout<'_> {
         Ok(self.ctx.engine.count_tokens(&text).await? < limit)
     }
 
+    /// The current round's prompt and cached tokens, as the engine reported
+    /// them, taken for its record; `(None, None)` for round 0 (the question
+    /// search, which runs before the engine).
+    pub(super) fn take_round_prompt(&mut self, round: usize) -> (Option<usize>, Option<usize>) {
+        if round == 0 {
+            return (None, None);
+        }
+        (self.round_prompt.take(), self.round_cached.take())
+    }
+
     /// Adds a record for a round that ran no search.
     pub(super) fn record(&mut self, round: usize, outcome: RoundOutcome, tokens_generated: usize) {
+        let (prompt_tokens, prompt_tokens_cached) = self.take_round_prompt(round);
         self.rounds.push(RoundRecord {
             round,
             outcome,
@@ -332,16 +343,8 @@ impl Rollout<'_> {
             results: Vec::new(),
             pages: Vec::new(),
             tokens_generated,
-            prompt_tokens: if round > 0 {
-                self.round_prompt.take()
-            } else {
-                None
-            },
-            prompt_tokens_cached: if round > 0 {
-                self.round_cached.take()
-            } else {
-                None
-            },
+            prompt_tokens,
+            prompt_tokens_cached,
         });
     }
 

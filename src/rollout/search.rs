@@ -103,6 +103,7 @@ impl Rollout<'_> {
         for r in &records {
             self.documents.extend(r.documents.iter().cloned());
         }
+        let (prompt_tokens, prompt_tokens_cached) = self.take_round_prompt(round);
         self.rounds.push(RoundRecord {
             round,
             outcome: RoundOutcome::Search,
@@ -111,16 +112,8 @@ impl Rollout<'_> {
             results: records.clone(),
             pages: Vec::new(),
             tokens_generated: 0,
-            prompt_tokens: if round > 0 {
-                self.round_prompt.take()
-            } else {
-                None
-            },
-            prompt_tokens_cached: if round > 0 {
-                self.round_cached.take()
-            } else {
-                None
-            },
+            prompt_tokens,
+            prompt_tokens_cached,
         });
         Ok(records)
     }
