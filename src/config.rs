@@ -207,8 +207,10 @@ pub struct ModelConfig {
     /// A rollout's next round continues the previous round's token ids (its
     /// prompt's and the ones the model generated) instead of tokenizing the
     /// transcript text again, so that the prefix cache reuses all of them
-    /// (`engine::continued`). Embedded engine with `prefix_cache`; `false`
-    /// tokenizes each round's text whole, as before (for comparison).
+    /// (`engine::continued`). Embedded engine with `prefix_cache`, and the
+    /// remote engine (later rounds sent as token ids,
+    /// `engine::remote::tokens`); `false` tokenizes each round's text whole,
+    /// as before (for comparison).
     pub token_continuation: bool,
 }
 

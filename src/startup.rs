@@ -257,6 +257,7 @@ fn remote_config(config: &Config) -> RemoteConfig {
             .filter(|k| !k.trim().is_empty()),
         connect_timeout: Duration::from_secs(model.remote_connect_timeout_s.max(1)),
         read_timeout: Duration::from_secs(model.remote_read_timeout_s.max(1)),
+        token_continuation: model.token_continuation,
     }
 }
 

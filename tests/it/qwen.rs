@@ -705,3 +705,51 @@ async fn chained_resumes_run_only_the_new_call_and_read_the_previous_prompt_from
         };
     }
 }
+
+/// The default model on llama-server (`model.engine = "remote"`): round 2 of
+/// a rollout where the model wrote its own search goes out as token ids and
+/// reads from the server's prefix cache every token round 1 read and wrote
+/// (the token that ran past the closing tag aside). Sent as text (token
+/// continuation off), the server tokenizes the transcript whole, Qwen's
+/// tokenizer merges the prompt's last `\n` with the model's first `<`, and
+/// the cache match ends before round 1's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rounds_on_llama_server_continue_by_token_ids() {
+    let mut body = ask(&ui_default_question(), false);
+    body["policy"] = json!("search-r1");
+    // Round 1 (~40 tokens) and the start of round 2 are all that is read.
+    body["max_tokens"] = json!(48);
+    let mut reuse = Vec::new();
+    for continuation in ["true", "false"] {
+        // A fresh server each time: round 1 is prefilled cold and written
+        // the same way (llama.cpp's greedy output depends on what it took
+        // from its cache).
+        let llama = Llama::serve(&qwen(), 1, 2, &[]);
+        let (_server, client, url) = crate::remote::seeker_on(
+            &[&llama.url],
+            &[("SEEKER_MODEL__TOKEN_CONTINUATION", continuation)],
+        )
+        .await;
+        let answer: Value = post_json(&client, &url, &body).await;
+        let rounds = answer["seeker"]["rounds"].as_array().unwrap();
+        assert_eq!(rounds[0]["outcome"], "search", "{answer}");
+        let transcript = answer["seeker"]["transcript"].as_str().unwrap();
+        assert!(transcript.starts_with("<think>"), "{transcript}");
+        let read_and_written = rounds[0]["prompt_tokens"].as_u64().unwrap()
+            + rounds[0]["tokens_generated"].as_u64().unwrap();
+        let cached = rounds[1]["prompt_tokens_cached"].as_u64().unwrap();
+        reuse.push((cached, read_and_written, answer));
+    }
+    let (cached, read_and_written, answer) = &reuse[0];
+    assert!(
+        cached + 1 >= *read_and_written,
+        "token ids: round 2 read {cached} tokens from the cache of the {read_and_written} \
+         round 1 read and wrote: {answer}"
+    );
+    let (cached, read_and_written, answer) = &reuse[1];
+    assert!(
+        cached + 1 < *read_and_written,
+        "text: round 2 read {cached} of {read_and_written}; the test no longer shows the \
+         merge it guards against: {answer}"
+    );
+}

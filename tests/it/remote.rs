@@ -99,7 +99,10 @@ impl Drop for Llama {
 }
 
 /// The seeker binary on the remote engine at `urls`, with `env` added.
-async fn seeker_on(urls: &[&str], env: &[(&str, &str)]) -> (Server, reqwest::Client, String) {
+pub(crate) async fn seeker_on(
+    urls: &[&str],
+    env: &[(&str, &str)],
+) -> (Server, reqwest::Client, String) {
     let urls = urls.join(",");
     let mut all = vec![
         ("SEEKER_MODEL__ENGINE", "remote"),

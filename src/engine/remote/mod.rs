@@ -47,6 +47,7 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
+mod tokens;
 mod wire;
 
 use self::wire::{context_overflow, parse_chunk, SseLines};
@@ -85,6 +86,11 @@ pub struct RemoteConfig {
     /// two chunks of a stream (the first token after a long prefill
     /// included). Past it the replica counts as failed.
     pub read_timeout: Duration,
+    /// Send a rollout's later rounds as token ids (its previous round's
+    /// prompt ids, its generated text and the splice each tokenized on its
+    /// own), so the server's prefix cache matches past the round's own
+    /// output; false sends every round as text ([`tokens`]).
+    pub token_continuation: bool,
 }
 
 /// See the module documentation.
@@ -103,6 +109,9 @@ struct Inner {
     sessions: moka::future::Cache<u64, usize>,
     read_timeout: Duration,
     metrics: Arc<Metrics>,
+    /// Each rollout's last round, for token prompts; `None` with
+    /// `token_continuation` off.
+    rounds: Option<tokens::Rounds>,
 }
 
 struct Replica {
@@ -284,6 +293,7 @@ impl RemoteEngine {
                 .build(),
             read_timeout: config.read_timeout,
             metrics,
+            rounds: config.token_continuation.then(tokens::rounds),
         });
         for i in 0..inner.replicas.len() {
             if !answering.contains(&i) {
@@ -566,7 +576,8 @@ impl Inner {
         self.replica(i).in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 
-    fn body(&self, prompt: &str, max_tokens: usize, params: &GenerationParams) -> Value {
+    /// A `/v1/completions` body; `prompt` is the text or its token ids.
+    fn body(&self, prompt: Value, max_tokens: usize, params: &GenerationParams) -> Value {
         let mut body = json!({
             "model": self.model,
             "prompt": prompt,
@@ -576,6 +587,12 @@ impl Inner {
             "timings_per_token": true,
             "cache_prompt": true,
         });
+        if self.rounds.is_some() {
+            // The generated ids, for the next round's token prompt
+            // ([`tokens`]): vLLM's `token_ids`, llama-server's logprobs.
+            body["return_token_ids"] = json!(true);
+            body["logprobs"] = json!(1);
+        }
         if params.is_greedy() {
             body["temperature"] = json!(0.0);
         } else {
@@ -648,11 +665,12 @@ impl Inner {
         ))))
     }
 
-    /// Starts `prompt` on a replica (the session's, or another after a
-    /// failure), not one of `tried`; returns the replica and its response.
+    /// Starts `prompt` (text or token ids) on a replica (the session's, or
+    /// another after a failure), not one of `tried`; returns the replica and
+    /// its response.
     async fn start_anywhere(
         &self,
-        prompt: &str,
+        prompt: Value,
         max_tokens: usize,
         params: &GenerationParams,
         tried: &mut Vec<usize>,
@@ -715,6 +733,9 @@ async fn read_error_body(response: reqwest::Response) -> String {
 /// What the round streamed so far, for a re-run elsewhere after a failure.
 struct Progress {
     text: String,
+    /// Each chunk's text as the server sent it (before a stop cut) with the
+    /// ids it came from, for the next round's token prompt.
+    chunks: Vec<(String, Vec<u32>)>,
     tokens: usize,
     prompt_reported: bool,
 }
@@ -861,6 +882,9 @@ impl Inner {
                     }
                     let mut text = chunk.text;
                     progress.text.push_str(&text);
+                    if self.rounds.is_some() {
+                        progress.chunks.push((text.clone(), chunk.ids));
+                    }
                     let window = &progress.text[from..];
                     let cut = params
                         .stop
@@ -934,31 +958,11 @@ impl Engine for RemoteEngine {
             ));
         };
         inner.done(i);
-        let mut request = inner
-            .client
-            .post(format!("{}/tokenize", inner.replica(i).url))
-            .timeout(inner.read_timeout)
-            .json(&json!({
-                "model": inner.model,
-                "content": text,
-                "prompt": text,
-                "add_special": false,
-                "add_special_tokens": false,
-            }));
-        if let Some(key) = &inner.api_key {
-            request = request.bearer_auth(key);
-        }
-        let failed = |e: String| EngineError::Internal(format!("tokenize: {e}"));
-        let response = request.send().await.map_err(|e| failed(e.to_string()))?;
-        if !response.status().is_success() {
-            return Err(failed(format!("status {}", response.status())));
-        }
-        let body: Value = response.json().await.map_err(|e| failed(e.to_string()))?;
-        body["count"]
-            .as_u64()
-            .map(|n| n as usize)
-            .or_else(|| body["tokens"].as_array().map(Vec::len))
-            .ok_or_else(|| failed("no tokens in the answer".into()))
+        inner
+            .tokenize(i, text)
+            .await
+            .map(|ids| ids.len())
+            .map_err(|e| EngineError::Internal(format!("tokenize: {e}")))
     }
 
     async fn generate(
@@ -968,25 +972,40 @@ impl Engine for RemoteEngine {
     ) -> Result<Generation, EngineError> {
         let inner = Arc::clone(&self.inner);
         let mut tried = Vec::new();
+        let ids = inner.continued_ids(prompt, params.session).await;
         let sent_at = Instant::now();
+        let sent = match &ids {
+            Some(ids) => json!(ids.as_slice()),
+            None => Value::String(prompt.to_string()),
+        };
         let (first, response) = inner
-            .start_anywhere(prompt, params.max_tokens, params, &mut tried)
+            .start_anywhere(sent, params.max_tokens, params, &mut tried)
             .await?;
         let (tx, rx) = mpsc::channel(64);
         let (prompt, params) = (prompt.to_string(), params.clone());
         tokio::spawn(async move {
             let mut progress = Progress {
                 text: String::new(),
+                chunks: Vec::new(),
                 tokens: 0,
                 prompt_reported: false,
             };
             let (mut replica, mut response, mut sent_at) = (first, response, sent_at);
+            let mut ids = ids;
             loop {
                 match inner
                     .forward(replica, response, &params, &mut progress, &tx, sent_at)
                     .await
                 {
-                    StreamEnd::Done | StreamEnd::Cancelled => return,
+                    StreamEnd::Done | StreamEnd::Cancelled => {
+                        let round = tokens::Round {
+                            prompt,
+                            ids,
+                            generated: progress.chunks,
+                        };
+                        inner.keep_round(params.session, round).await;
+                        return;
+                    }
                     StreamEnd::Failed { kind, message } => {
                         tried.push(replica);
                         inner.mark_down(replica, kind, &message);
@@ -996,10 +1015,13 @@ impl Engine for RemoteEngine {
                             let _ = tx.send(Ok(EngineEvent::Done(EngineFinish::Length))).await;
                             return;
                         }
+                        // Resumed as text: the ids kept for the next round are
+                        // then the prompt's own tokenization.
                         let resumed = format!("{prompt}{}", progress.text);
+                        ids = None;
                         sent_at = Instant::now();
                         match inner
-                            .start_anywhere(&resumed, left, &params, &mut tried)
+                            .start_anywhere(Value::String(resumed), left, &params, &mut tried)
                             .await
                         {
                             Ok((next, next_response)) => {

@@ -46,6 +46,11 @@ pub(super) struct Chunk {
     pub(super) prompt: Option<(usize, Option<usize>)>,
     /// Completion tokens so far, when reported.
     pub(super) generated: Option<usize>,
+    /// The ids of the tokens this chunk's text came from, when the server
+    /// says: vLLM's `choices[0].token_ids` (`return_token_ids`), else
+    /// llama-server's `choices[0].logprobs.content[].id` (`logprobs`).
+    /// Empty otherwise.
+    pub(super) ids: Vec<u32>,
 }
 
 /// Parses one `data:` payload (`[DONE]` excluded).
@@ -63,6 +68,14 @@ pub(super) fn parse_chunk(data: &str) -> Result<Chunk, String> {
             Some(_) => Some(EngineFinish::Stop),
         },
         ..Chunk::default()
+    };
+    let id = |t: &Value| t.as_u64().and_then(|t| u32::try_from(t).ok());
+    chunk.ids = match choice["token_ids"].as_array() {
+        Some(ids) => ids.iter().map_while(id).collect(),
+        None => choice["logprobs"]["content"]
+            .as_array()
+            .map(|tokens| tokens.iter().map_while(|t| id(&t["id"])).collect())
+            .unwrap_or_default(),
     };
     if !v["choices"].is_array() && v.get("usage").is_none() {
         return Err("malformed chunk: no choices".into());
@@ -131,6 +144,12 @@ mod tests {
         assert_eq!(c.text, " Leo");
         assert_eq!(c.prompt, Some((23, Some(20))));
         assert_eq!(c.generated, Some(1));
+        assert!(c.ids.is_empty());
+        // The generated ids: llama-server's logprobs, vLLM's token_ids.
+        let c = parse_chunk(r#"{"choices":[{"text":"<think","logprobs":{"content":[{"id":27,"token":"<","logprob":-0.1},{"id":26865,"token":"think","logprob":-0.2}]},"finish_reason":null}]}"#).unwrap();
+        assert_eq!(c.ids, [27, 26865]);
+        let c = parse_chunk(r#"{"choices":[{"text":"<think","token_ids":[27,26865],"logprobs":null,"finish_reason":null}]}"#).unwrap();
+        assert_eq!(c.ids, [27, 26865]);
         // vLLM with continuous usage stats.
         let c = parse_chunk(r#"{"choices":[{"text":"x","finish_reason":"length"}],"usage":{"prompt_tokens":40,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":32}}}"#).unwrap();
         assert_eq!(c.finish, Some(EngineFinish::Length));
