@@ -29,48 +29,8 @@ PY=$(scripts/llama-venv.sh)
     "$PY" -m pip install -q bm25s==0.3.16 PyStemmer==3.1.0
 cargo build --release --locked -q --bin seeker
 SEEKER=target/release/seeker
-# Servers started in $(...) subshells: their pids go to a file, not a variable.
-PIDS="$OUT/pids"
-: >"$PIDS"
-stop_all() {
-    xargs -r kill <"$PIDS" 2>/dev/null || true
-    sleep 1
-    : >"$PIDS"
-}
-trap stop_all EXIT
-
-# llama THREADS -> prints its URL
-llama() {
-    local log
-    log=$(mktemp)
-    "$PY" tests/python/llama_server.py "$GGUF" --threads "$1" --parallel 2 --ctx 8192 \
-        >"$log" 2>/dev/null &
-    echo $! >>"$PIDS"
-    for _ in $(seq 1 200); do
-        grep -q "listening on" "$log" && break
-        sleep 0.1
-    done
-    sed -n 's/^llama-server listening on //p' "$log"
-}
-
-# seeker ENV... -> prints its URL once healthy
-seeker() {
-    local log
-    log=$(mktemp)
-    env "$@" RUST_LOG=warn "$SEEKER" serve --port 0 >"$log" 2>"$OUT/seeker.err" &
-    echo $! >>"$PIDS"
-    for _ in $(seq 1 600); do
-        grep -q "listening on" "$log" && break
-        sleep 0.1
-    done
-    local url
-    url=$(sed -n 's/^seeker listening on //p' "$log")
-    for _ in $(seq 1 600); do
-        curl -sf "$url/health" >/dev/null && break
-        sleep 0.2
-    done
-    echo "$url"
-}
+# llama, seeker, stop_all
+source bench/servers.sh
 
 # evaluate NAME URL CONCURRENCY
 evaluate() {

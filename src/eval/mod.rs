@@ -80,6 +80,12 @@ pub struct QuestionResult {
     /// Generation rounds.
     pub rounds: Option<usize>,
     pub completion_tokens: Option<usize>,
+    /// Prompt tokens the engine read, all generation rounds together (a round
+    /// reads its whole transcript; seeker only).
+    pub prompt_tokens: Option<usize>,
+    /// Of those, the tokens taken from the engine's prefix cache instead of
+    /// prefilled (rounds whose engine says; seeker only).
+    pub prompt_tokens_cached: Option<usize>,
     /// Seconds to the first generated text (reasoning or answer; text seeker
     /// marks as spliced does not count).
     pub time_to_first_token_s: Option<f64>,
@@ -139,6 +145,10 @@ pub struct Summary {
     pub queries_per_search: Option<f64>,
     pub rounds_per_question: Option<f64>,
     pub generated_tokens_per_question: Option<f64>,
+    /// Prompt tokens read per question, all rounds together.
+    pub prompt_tokens_per_question: Option<f64>,
+    /// Prompt tokens prefilled per question (read less cached).
+    pub prefilled_tokens_per_question: Option<f64>,
     pub time_to_first_token_s: Stats,
     pub seconds_per_question: Stats,
     /// Failures by kind.
@@ -193,6 +203,13 @@ impl Summary {
             generated_tokens_per_question: mean_of(
                 ok.iter().map(|r| r.completion_tokens.map(|s| s as f64)),
             ),
+            prompt_tokens_per_question: mean_of(
+                ok.iter().map(|r| r.prompt_tokens.map(|s| s as f64)),
+            ),
+            prefilled_tokens_per_question: mean_of(ok.iter().map(|r| {
+                r.prompt_tokens
+                    .map(|p| p.saturating_sub(r.prompt_tokens_cached.unwrap_or(0)) as f64)
+            })),
             time_to_first_token_s: Stats::of(
                 &ok.iter()
                     .filter_map(|r| r.time_to_first_token_s)
@@ -230,6 +247,14 @@ impl Summary {
             (
                 "generated tokens / question".into(),
                 opt(self.generated_tokens_per_question, 1),
+            ),
+            (
+                "prompt tokens / question".into(),
+                opt(self.prompt_tokens_per_question, 1),
+            ),
+            (
+                "prefilled tokens / question".into(),
+                opt(self.prefilled_tokens_per_question, 1),
             ),
         ];
         for (name, s) in [
@@ -486,6 +511,8 @@ fn score(item: &QaItem, s: Streamed, started: Instant) -> QuestionResult {
                 .map(|x| x["tokens_generated"].as_u64().unwrap_or(0) as usize)
                 .sum()
         }),
+        prompt_tokens: round_sum(rounds.as_deref(), "prompt_tokens"),
+        prompt_tokens_cached: round_sum(rounds.as_deref(), "prompt_tokens_cached"),
         time_to_first_token_s: s.first_token,
         seconds: started.elapsed().as_secs_f64(),
         finish_reason: s.finish_reason,
@@ -500,9 +527,33 @@ fn score(item: &QaItem, s: Streamed, started: Instant) -> QuestionResult {
     }
 }
 
+/// The sum of `field` over the generation rounds (`None` when no round
+/// reports it: another server, or a rollout that never generated).
+fn round_sum(rounds: Option<&[Value]>, field: &str) -> Option<usize> {
+    let values: Vec<u64> = rounds?
+        .iter()
+        .filter(|r| r["round"].as_u64() != Some(0))
+        .filter_map(|r| r[field].as_u64())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum::<u64>() as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prompt_tokens_add_up_over_the_generation_rounds() {
+        let rounds = [
+            json!({"round": 0, "prompt_tokens": 5}),
+            json!({"round": 1, "prompt_tokens": 152, "prompt_tokens_cached": 0}),
+            json!({"round": 2, "prompt_tokens": 566, "prompt_tokens_cached": 191}),
+        ];
+        assert_eq!(round_sum(Some(&rounds), "prompt_tokens"), Some(718));
+        assert_eq!(round_sum(Some(&rounds), "prompt_tokens_cached"), Some(191));
+        assert_eq!(round_sum(Some(&rounds[..1]), "prompt_tokens"), None);
+        assert_eq!(round_sum(None, "prompt_tokens"), None);
+    }
 
     #[test]
     fn stats_use_nearest_rank_percentiles() {

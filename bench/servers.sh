@@ -1,0 +1,47 @@
+# Shared by the engine benchmarks (bench/remote.sh, bench/loop.sh): start
+# llama.cpp servers and seeker servers in the background, stop them all.
+# Source it after setting GGUF (the model llama.cpp serves), SEEKER (the
+# seeker binary), PY (the venv with xllamacpp) and OUT (the output folder).
+
+# Servers are started in $(...) subshells: their pids go to a file.
+PIDS="$OUT/pids"
+: >"$PIDS"
+stop_all() {
+    xargs -r kill <"$PIDS" 2>/dev/null || true
+    sleep 1
+    : >"$PIDS"
+}
+trap stop_all EXIT
+
+# llama THREADS [SLOTS] -> prints its URL once it listens (SLOTS default 2)
+llama() {
+    local log
+    log=$(mktemp)
+    "$PY" tests/python/llama_server.py "$GGUF" --threads "$1" --parallel "${2:-2}" --ctx 8192 \
+        >"$log" 2>/dev/null &
+    echo $! >>"$PIDS"
+    for _ in $(seq 1 600); do
+        grep -q "listening on" "$log" && break
+        sleep 0.1
+    done
+    sed -n 's/^llama-server listening on //p' "$log"
+}
+
+# seeker ENV... -> prints its URL once healthy
+seeker() {
+    local log
+    log=$(mktemp)
+    env "$@" RUST_LOG=warn "$SEEKER" serve --port 0 >"$log" 2>>"$OUT/seeker.err" &
+    echo $! >>"$PIDS"
+    for _ in $(seq 1 600); do
+        grep -q "listening on" "$log" && break
+        sleep 0.1
+    done
+    local url
+    url=$(sed -n 's/^seeker listening on //p' "$log")
+    for _ in $(seq 1 3000); do
+        curl -sf "$url/health" >/dev/null && break
+        sleep 0.2
+    done
+    echo "$url"
+}
