@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use crate::common::{default_data, metrics_of, root};
+use crate::common::{default_data, metrics_of, post_json, root};
 use crate::e2e::{shared_index, start_server_with, wait_healthy, Server};
 use crate::http::sse_data;
 
@@ -624,18 +624,45 @@ async fn a_stopped_replica_is_up_again_only_once_it_can_serve() {
 /// forwards each `/v1/completions` request (everything else at once): a
 /// replica that works, slowly.
 async fn slow_proxy(upstream: String, delay: Duration) -> String {
+    proxy(upstream, delay, false).await.0
+}
+
+/// An HTTP proxy in front of `upstream`: waits `delay` before it forwards
+/// each `/v1/completions` request, and with `refuse_token_prompts` answers a
+/// completion whose prompt is token ids with a 400, as a server that takes
+/// only text does; also returns how many it refused.
+async fn proxy(
+    upstream: String,
+    delay: Duration,
+    refuse_token_prompts: bool,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use axum::body::Body;
     use axum::extract::Request;
     use axum::response::Response;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     let client = reqwest::Client::new();
+    let refused = std::sync::Arc::new(AtomicUsize::new(0));
+    let counter = refused.clone();
     let app = axum::Router::new().fallback(move |request: Request| {
-        let (client, upstream) = (client.clone(), upstream.clone());
+        let (client, upstream, refused) = (client.clone(), upstream.clone(), refused.clone());
         async move {
             let (parts, body) = request.into_parts();
             if parts.uri.path() == "/v1/completions" {
                 tokio::time::sleep(delay).await;
             }
             let body = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+            let ids = serde_json::from_slice::<Value>(&body)
+                .is_ok_and(|b| parts.uri.path() == "/v1/completions" && b["prompt"].is_array());
+            if refuse_token_prompts && ids {
+                refused.fetch_add(1, Ordering::Relaxed);
+                return Response::builder()
+                    .status(400)
+                    .header("content-type", "application/json")
+                    .body(Body::from(
+                        r#"{"error": {"message": "prompt must be a string"}}"#,
+                    ))
+                    .unwrap();
+            }
             let forwarded = client
                 .request(parts.method, format!("{upstream}{}", parts.uri))
                 .header("content-type", "application/json")
@@ -655,7 +682,30 @@ async fn slow_proxy(upstream: String, delay: Duration) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address: SocketAddr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{address}")
+    (format!("http://{address}"), counter)
+}
+
+/// A server that takes only text prompts refuses the first round sent as
+/// token ids: that round goes again as text, every later round is text, and
+/// the request is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_refuses_token_prompts_gets_text() {
+    use std::sync::atomic::Ordering;
+    let llama = Llama::with_slots(1);
+    let (url, refused) = proxy(llama.url.clone(), Duration::ZERO, true).await;
+    let (_server, client, chat) = seeker_on(&[&url], &[]).await;
+    for _ in 0..2 {
+        let answer: Value = post_json(&client, &chat, &forced_search(false, 24)).await;
+        let rounds = answer["seeker"]["rounds"].as_array().unwrap();
+        assert_eq!(rounds[0]["outcome"], "search", "{answer}");
+        assert_eq!(rounds.len(), 2, "{answer}");
+        assert!(
+            answer["choices"][0]["finish_reason"].is_string(),
+            "{answer}"
+        );
+    }
+    // Only the first continued round was tried as token ids.
+    assert_eq!(refused.load(Ordering::Relaxed), 1);
 }
 
 /// Completions a replica was sent (`seeker_engine_requests_total`).

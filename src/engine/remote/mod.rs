@@ -112,6 +112,8 @@ struct Inner {
     /// Each rollout's last round, for token prompts; `None` with
     /// `token_continuation` off.
     rounds: Option<tokens::Rounds>,
+    /// Set once a server refused a token prompt: rounds go out as text.
+    text_only: std::sync::atomic::AtomicBool,
 }
 
 struct Replica {
@@ -294,6 +296,7 @@ impl RemoteEngine {
             read_timeout: config.read_timeout,
             metrics,
             rounds: config.token_continuation.then(tokens::rounds),
+            text_only: std::sync::atomic::AtomicBool::new(false),
         });
         for i in 0..inner.replicas.len() {
             if !answering.contains(&i) {
@@ -667,10 +670,13 @@ impl Inner {
 
     /// Starts `prompt` (text or token ids) on a replica (the session's, or
     /// another after a failure), not one of `tried`; returns the replica and
-    /// its response.
+    /// its response. A server that refuses token ids (a 4xx that is not a
+    /// context overflow) gets `text` instead, and every later round goes out
+    /// as text ([`Inner::refuse_token_prompts`]).
     async fn start_anywhere(
         &self,
         prompt: Value,
+        text: Option<&str>,
         max_tokens: usize,
         params: &GenerationParams,
         tried: &mut Vec<usize>,
@@ -709,6 +715,12 @@ impl Inner {
                 })) if prompt_tokens < limit && !shrunk => {
                     shrunk = true;
                     body["max_tokens"] = json!(limit - prompt_tokens);
+                }
+                Err(Refusal::Request(EngineError::Internal(message)))
+                    if body["prompt"].is_array() && text.is_some() =>
+                {
+                    self.refuse_token_prompts(&message);
+                    body["prompt"] = json!(text);
                 }
                 Err(Refusal::Request(e)) => return Err(e),
             }
@@ -972,15 +984,19 @@ impl Engine for RemoteEngine {
     ) -> Result<Generation, EngineError> {
         let inner = Arc::clone(&self.inner);
         let mut tried = Vec::new();
-        let ids = inner.continued_ids(prompt, params.session).await;
+        let mut ids = inner.continued_ids(prompt, params.session).await;
         let sent_at = Instant::now();
         let sent = match &ids {
             Some(ids) => json!(ids.as_slice()),
             None => Value::String(prompt.to_string()),
         };
         let (first, response) = inner
-            .start_anywhere(sent, params.max_tokens, params, &mut tried)
+            .start_anywhere(sent, Some(prompt), params.max_tokens, params, &mut tried)
             .await?;
+        if inner.text_only.load(Ordering::Relaxed) {
+            // A server refused the token prompt; the round went as text.
+            ids = None;
+        }
         let (tx, rx) = mpsc::channel(64);
         let (prompt, params) = (prompt.to_string(), params.clone());
         tokio::spawn(async move {
@@ -1021,7 +1037,7 @@ impl Engine for RemoteEngine {
                         ids = None;
                         sent_at = Instant::now();
                         match inner
-                            .start_anywhere(Value::String(resumed), left, &params, &mut tried)
+                            .start_anywhere(Value::String(resumed), None, left, &params, &mut tried)
                             .await
                         {
                             Ok((next, next_response)) => {

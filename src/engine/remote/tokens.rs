@@ -20,8 +20,11 @@
 //! text the tokenizer's way). Text is tokenized by the replica's `POST
 //! /tokenize` (llama-server: `{"content"}` → `{"tokens"}`; vLLM:
 //! `{"prompt"}` → `{"tokens"}`; both read control tokens written as text, as
-//! a text prompt is read). Any failure sends the prompt as text, as before.
+//! a text prompt is read). Any failure sends the prompt as text, as before;
+//! a server that refuses a token prompt (a 4xx) gets that round again as
+//! text, and every later round too.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -131,6 +134,9 @@ impl Inner {
         session: Option<u64>,
     ) -> Option<Arc<Vec<u32>>> {
         let rounds = self.rounds.as_ref()?;
+        if self.text_only.load(Ordering::Relaxed) {
+            return None;
+        }
         let round = rounds.get(&session?).await?;
         let (generated, start, kept) = split(&round, prompt)?;
         let i = self.pick(session, &[]).await?;
@@ -155,6 +161,19 @@ impl Inner {
                 tracing::debug!(%error, "tokenizing a continued round failed; sent as text");
                 None
             }
+        }
+    }
+
+    /// A server refused a round sent as token ids with `error` (a 4xx that
+    /// is not a context overflow): from now on every round goes out as text,
+    /// as it would with `token_continuation` off.
+    pub(super) fn refuse_token_prompts(&self, error: &str) {
+        if !self.text_only.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                %error,
+                "the remote engine refused a prompt of token ids; sending rounds as text \
+                 from now on (model.token_continuation = false does so from the start)"
+            );
         }
     }
 
