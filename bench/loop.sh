@@ -26,7 +26,8 @@
 #
 # usage: bench/loop.sh     N=10 SKIP=100 MAX=256 CLIENTS=4 TN=20 bench/loop.sh
 #        STEPS="reference" bench/loop.sh   (rerun some steps: remote remote-text
-#        reference embedded throughput; the table reads every step's files)
+#        reference embedded throughput; the table shows every step with results
+#        in target/bench-loop and names those without)
 #        SEEKER_BIN=target/debug/seeker bench/loop.sh   (no release build; the
 #        debug profile builds the engine's dependencies optimised)
 set -euo pipefail
@@ -40,6 +41,13 @@ TN=${TN:-20}
 STEPS=${STEPS:-remote remote-text reference embedded throughput}
 OUT=target/bench-loop
 GGUF=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+for step in $STEPS; do
+    case $step in
+    remote | remote-text | reference | embedded | throughput) ;;
+    *) echo "bench/loop.sh: unknown step '$step' (steps: remote remote-text reference embedded throughput)" >&2
+       exit 2 ;;
+    esac
+done
 mkdir -p "$OUT"
 : >"$OUT/seeker.err"
 PY=$(scripts/llama-venv.sh)
@@ -93,7 +101,6 @@ for step in $STEPS; do
         evaluate remote-c"$CLIENTS"-1slot "$(remote "$(llama 2 1)")" "$CLIENTS" "$TN"
         stop_all
         evaluate remote-c"$CLIENTS"-"$CLIENTS"slots "$(remote "$(llama 2 "$CLIENTS")")" "$CLIENTS" "$TN" ;;
-    *) echo "bench/loop.sh: unknown step $step" >&2; exit 2 ;;
     esac
     stop_all
 done
@@ -110,8 +117,13 @@ rows = [("seeker, llama.cpp, token ids", "remote", 1, n),
         ("seeker, embedded (mistral.rs)", "embedded", 1, n),
         ("seeker, llama.cpp 1 slot", f"remote-c{clients}-1slot", clients, tn),
         (f"seeker, llama.cpp {clients} slots", f"remote-c{clients}-{clients}slots", clients, tn)]
+missing = []
 for label, name, c, count in rows:
-    s = json.load(open(f"{out}/{name}.summary.json"))
+    try:
+        s = json.load(open(f"{out}/{name}.summary.json"))
+    except FileNotFoundError:
+        missing.append(name)
+        continue
     q = s["seconds_per_question"]
     print(f"| {label} | {c} | {count} | {q['mean']:.1f} ({q['p50']:.1f}) | "
           f"{60 * s['completed'] / s['wall_seconds']:.2f} | {s['prompt_tokens_per_question']:.0f} | "
@@ -119,9 +131,15 @@ for label, name, c, count in rows:
           f"{s['searches_per_question']:.2f} | {s['em']:.3f} | {s['f1']:.3f} |")
 for label, name, count in [("reference loop, llama.cpp", "reference", n),
                            ("reference loop, llama.cpp", "reference-tn", tn)]:
-    r = json.load(open(f"{out}/{name}.json"))
+    try:
+        r = json.load(open(f"{out}/{name}.json"))
+    except FileNotFoundError:
+        missing.append(name)
+        continue
     print(f"| {label} | 1 | {count} | {r['seconds_mean']:.1f} ({r['seconds_p50']:.1f}) | "
           f"{60 / r['seconds_mean']:.2f} | {r['prompt_tokens_mean']:.0f} | "
           f"{r['prefilled_tokens_mean']:.0f} | {r['generated_tokens_mean']:.1f} | "
           f"{r['searches_mean']:.2f} | | |")
+if missing:
+    print(f"\nno results yet for {', '.join(missing)} in {out}: run their steps (STEPS=...)")
 PY
