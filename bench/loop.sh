@@ -49,7 +49,6 @@ for step in $STEPS; do
     esac
 done
 mkdir -p "$OUT"
-: >"$OUT/seeker.err"
 PY=$(scripts/llama-venv.sh)
 "$PY" -c "import bm25s, Stemmer" 2>/dev/null ||
     "$PY" -m pip install -q bm25s==0.3.16 PyStemmer==3.1.0

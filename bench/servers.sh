@@ -6,6 +6,8 @@
 # Servers are started in $(...) subshells: their pids go to a file.
 PIDS="$OUT/pids"
 : >"$PIDS"
+# Every seeker started here logs its errors to one file, emptied per run.
+: >"$OUT/seeker.err"
 stop_all() {
     xargs -r kill <"$PIDS" 2>/dev/null || true
     sleep 1

@@ -669,10 +669,12 @@ impl Inner {
     }
 
     /// Starts `prompt` (text or token ids) on a replica (the session's, or
-    /// another after a failure), not one of `tried`; returns the replica and
-    /// its response. A server that refuses token ids (a 4xx that is not a
-    /// context overflow) gets `text` instead, and every later round goes out
-    /// as text ([`Inner::refuse_token_prompts`]).
+    /// another after a failure), not one of `tried`; returns the replica, its
+    /// response, and whether `prompt` went out as given. A server that
+    /// refuses token ids (a 4xx that is not a context overflow) gets `text`
+    /// instead; when that is taken, every later round goes out as text
+    /// ([`Inner::refuse_token_prompts`]), and when it is refused too, the
+    /// refusal was not about the ids and is the error.
     async fn start_anywhere(
         &self,
         prompt: Value,
@@ -680,9 +682,11 @@ impl Inner {
         max_tokens: usize,
         params: &GenerationParams,
         tried: &mut Vec<usize>,
-    ) -> Result<(usize, reqwest::Response), EngineError> {
+    ) -> Result<(usize, reqwest::Response, bool), EngineError> {
         let mut body = self.body(prompt, max_tokens, params);
         let mut shrunk = false;
+        // Why the token prompt was refused, once `text` replaced it.
+        let mut refused_ids: Option<String> = None;
         loop {
             let Some(i) = self.pick(params.session, tried).await else {
                 return Err(EngineError::Internal(format!(
@@ -701,7 +705,10 @@ impl Inner {
                     if let Some(session) = params.session {
                         self.sessions.insert(session, i).await;
                     }
-                    return Ok((i, response));
+                    if let Some(message) = &refused_ids {
+                        self.refuse_token_prompts(message);
+                    }
+                    return Ok((i, response, refused_ids.is_none()));
                 }
                 Err(Refusal::Replica { kind, message }) => {
                     tried.push(i);
@@ -719,7 +726,7 @@ impl Inner {
                 Err(Refusal::Request(EngineError::Internal(message)))
                     if body["prompt"].is_array() && text.is_some() =>
                 {
-                    self.refuse_token_prompts(&message);
+                    refused_ids = Some(message);
                     body["prompt"] = json!(text);
                 }
                 Err(Refusal::Request(e)) => return Err(e),
@@ -990,10 +997,10 @@ impl Engine for RemoteEngine {
             Some(ids) => json!(ids.as_slice()),
             None => Value::String(prompt.to_string()),
         };
-        let (first, response) = inner
+        let (first, response, as_sent) = inner
             .start_anywhere(sent, Some(prompt), params.max_tokens, params, &mut tried)
             .await?;
-        if inner.text_only.load(Ordering::Relaxed) {
+        if !as_sent {
             // A server refused the token prompt; the round went as text.
             ids = None;
         }
@@ -1040,7 +1047,7 @@ impl Engine for RemoteEngine {
                             .start_anywhere(Value::String(resumed), None, left, &params, &mut tried)
                             .await
                         {
-                            Ok((next, next_response)) => {
+                            Ok((next, next_response, _)) => {
                                 tracing::info!(
                                     from = %inner.replica(replica).url,
                                     to = %inner.replica(next).url,

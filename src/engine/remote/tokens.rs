@@ -21,8 +21,8 @@
 //! /tokenize` (llama-server: `{"content"}` → `{"tokens"}`; vLLM:
 //! `{"prompt"}` → `{"tokens"}`; both read control tokens written as text, as
 //! a text prompt is read). Any failure sends the prompt as text, as before;
-//! a server that refuses a token prompt (a 4xx) gets that round again as
-//! text, and every later round too.
+//! a server that refuses a token prompt (a 4xx) but takes the same round as
+//! text gets every later round as text too.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -165,8 +165,8 @@ impl Inner {
     }
 
     /// A server refused a round sent as token ids with `error` (a 4xx that
-    /// is not a context overflow): from now on every round goes out as text,
-    /// as it would with `token_continuation` off.
+    /// is not a context overflow) and took it as text: from now on every
+    /// round goes out as text, as it would with `token_continuation` off.
     pub(super) fn refuse_token_prompts(&self, error: &str) {
         if !self.text_only.swap(true, Ordering::Relaxed) {
             tracing::warn!(
