@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference numbers from llama.cpp on the same GGUF and prompt text.
 
-Usage: PY bench/llama_cpp_bench.py PROMPT_FILE [--gguf PATH] [--max-tokens N] [--runs N]
+Usage: PY bench/llama_cpp_bench.py PROMPT_FILE [--gguf PATH] [--max-tokens N] [--runs N] [--ctx N]
 PY is the Python of target/llama-venv (`scripts/llama-venv.sh` prints it): llama.cpp's
 server from the pinned `xllamacpp` wheel, prebuilt, run in this process with 2 threads
 and one slot. The prompt file is what `cargo run --example engine_bench` writes. Each
@@ -22,13 +22,14 @@ ap.add_argument("--gguf", default="models/qwen2.5-coder-1.5b-instruct-q4_k_m.ggu
 ap.add_argument("--max-tokens", type=int, default=64)
 ap.add_argument("--runs", type=int, default=3)
 ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--ctx", type=int, default=4096, help="context size (prompt + new tokens)")
 args = ap.parse_args()
 
 params = xllamacpp.CommonParams()
 params.model.path = args.gguf
 params.hostnames = ["127.0.0.1"]
 params.port = 0
-params.n_ctx = 4096
+params.n_ctx = args.ctx
 params.n_parallel = 1
 params.n_batch = 512
 params.cpuparams.n_threads = args.threads

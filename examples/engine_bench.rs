@@ -36,6 +36,11 @@ struct Args {
     /// Documents spliced into the prompt (8 gives about 1,000 prompt tokens).
     #[arg(long, default_value_t = 8)]
     docs: usize,
+    /// Instead of `--docs`: splice the fewest top documents that make the
+    /// prompt at least this many tokens (for the prefill curve of
+    /// `bench/prefill.sh`; the index must return enough documents).
+    #[arg(long)]
+    prompt_tokens: Option<usize>,
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
     #[arg(long, default_value_t = 3)]
@@ -50,6 +55,29 @@ struct Args {
     /// Turn on mistral.rs's prefix cache (runs after the first reuse the prompt).
     #[arg(long)]
     prefix_cache: bool,
+    /// A `perf record --control fifo:PATH -D -1` control FIFO: the bench writes
+    /// `enable` and `disable` around `--perf-phase` of every run, so the
+    /// profile holds that phase alone (not loading, not the other phase).
+    #[arg(long)]
+    perf_ctl: Option<PathBuf>,
+    /// The phase `--perf-ctl` records: `prefill` (request to first token) or
+    /// `decode` (first token to the end).
+    #[arg(long, default_value = "decode")]
+    perf_phase: String,
+}
+
+/// Sends `perf record` a control command (`enable`/`disable`) when asked to.
+struct PerfControl(Option<std::fs::File>);
+
+impl PerfControl {
+    fn command(&mut self, command: &str) -> anyhow::Result<()> {
+        use std::io::Write;
+        if let Some(fifo) = &mut self.0 {
+            fifo.write_all(format!("{command}\n").as_bytes())?;
+            fifo.flush()?;
+        }
+        Ok(())
+    }
 }
 
 #[tokio::main]
@@ -80,16 +108,41 @@ async fn main() -> anyhow::Result<()> {
     .await?;
     let profile = Arc::new(Profile::load(&args.profile)?);
     let index = Bm25Index::open(&args.index)?;
-    let docs = index.search(&args.question, args.docs)?;
-    let mut prompt = engine
+    let head = engine
         .render_chat(&[ChatTurn::new(
             Role::User,
             profile.user_message(&args.question),
         )])
         .await?;
-    prompt.push_str(
-        &profile.render_splice(&[(args.question.as_str(), QueryOutcome::Documents(&docs))]),
-    );
+    let with_docs = |docs: &[seeker::search::Document]| {
+        let mut prompt = head.clone();
+        prompt.push_str(
+            &profile.render_splice(&[(args.question.as_str(), QueryOutcome::Documents(docs))]),
+        );
+        prompt
+    };
+    let prompt = match args.prompt_tokens {
+        None => with_docs(&index.search(&args.question, args.docs)?),
+        Some(target) => {
+            // Whole documents, so the prompt is a real splice; the first
+            // count that reaches `target` tokens.
+            let pool = index.search(&args.question, 1_000)?;
+            let mut found = None;
+            for n in 1..=pool.len() {
+                let prompt = with_docs(&pool[..n]);
+                if engine.tokenize(&prompt).await?.len() >= target {
+                    found = Some(prompt);
+                    break;
+                }
+            }
+            found.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "{} documents make fewer than {target} prompt tokens",
+                    pool.len()
+                )
+            })?
+        }
+    };
     std::fs::write(&args.prompt_out, &prompt)?;
     let ids = engine.tokenize(&prompt).await?;
     std::fs::write(
@@ -104,8 +157,20 @@ async fn main() -> anyhow::Result<()> {
         stop: Vec::new(),
         session: None,
     };
+    let phase = args.perf_phase.as_str();
+    anyhow::ensure!(
+        matches!(phase, "prefill" | "decode"),
+        "--perf-phase {phase}: expected prefill or decode"
+    );
+    let mut perf = PerfControl(match &args.perf_ctl {
+        Some(path) => Some(std::fs::OpenOptions::new().write(true).open(path)?),
+        None => None,
+    });
     for run in 0..args.runs {
         let started = Instant::now();
+        if phase == "prefill" {
+            perf.command("enable")?;
+        }
         let mut generation = engine.generate(&prompt, &params).await?;
         let mut first = None;
         let mut tokens = 0;
@@ -113,7 +178,14 @@ async fn main() -> anyhow::Result<()> {
         while let Some(event) = generation.events.recv().await {
             match event? {
                 EngineEvent::Text { text: t, tokens: n } => {
-                    first.get_or_insert_with(Instant::now);
+                    if first.is_none() {
+                        first = Some(Instant::now());
+                        perf.command(if phase == "prefill" {
+                            "disable"
+                        } else {
+                            "enable"
+                        })?;
+                    }
                     tokens += n;
                     text.push_str(&t);
                 }
@@ -122,6 +194,9 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         let end = Instant::now();
+        if phase == "decode" {
+            perf.command("disable")?;
+        }
         let ttft = first.map_or(0.0, |f| (f - started).as_secs_f64());
         let decode_s = first.map_or(0.0, |f| (end - f).as_secs_f64());
         println!(
