@@ -14,6 +14,7 @@ use crate::engine::prepare::WeightFormat;
 use crate::search::dense::HybridConfig;
 use crate::search::dispatch::{BackendLimits, DispatchConfig};
 use crate::search::embed::{EmbedOptions, Pooling};
+use crate::secret::Secret;
 
 /// The default config file, used when it exists and no `--config` is given.
 pub const DEFAULT_CONFIG_FILE: &str = "config/seeker.toml";
@@ -40,7 +41,7 @@ pub struct ServerConfig {
     /// Accepted `Authorization: Bearer` keys. Empty (with an empty
     /// `api_keys_env` variable) means no authentication. Prefer the variable:
     /// a key in a file is a key in every copy of that file.
-    pub api_keys: Vec<String>,
+    pub api_keys: Vec<Secret>,
     /// Environment variable holding more keys, comma-separated (default
     /// `SEEKER_API_KEYS`). Keys are never logged.
     pub api_keys_env: String,
@@ -124,7 +125,7 @@ impl ServerConfig {
         };
         self.api_keys
             .iter()
-            .cloned()
+            .map(|k| k.expose().to_string())
             .chain(
                 from_env
                     .unwrap_or_default()
@@ -972,6 +973,19 @@ mod tests {
         let settings = ok.settings().unwrap();
         assert_eq!(settings.policy.allow_hosts, ["*.example.org"]);
         assert_eq!(settings.policy.allow_networks[0].to_string(), "10.0.0.1/32");
+    }
+
+    #[test]
+    fn api_keys_are_read_but_never_printed() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("seeker.toml");
+        std::fs::write(&file, "[server]\napi_keys = [\"sk-file-1\"]\n").unwrap();
+        let config = Config::load(Some(&file), []).unwrap();
+        let env = |name: &str| (name == "SEEKER_API_KEYS").then(|| "sk-env-2".to_string());
+        assert_eq!(config.server.keys(env), ["sk-file-1", "sk-env-2"]);
+        let printed = format!("{config:?}");
+        assert!(!printed.contains("sk-file-1"), "{printed}");
+        assert!(printed.contains("api_keys: [[redacted]]"));
     }
 
     #[test]

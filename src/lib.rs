@@ -8,35 +8,53 @@
 //!
 //! # Layout
 //!
-//! A request's path, top to bottom (`main` → `startup` → `server` → `rollout` →
-//! `profile` / `scanner` / `engine` / `search` → `metrics`); no module imports
-//! one above it.
+//! A request's path, top to bottom: `main` → [`startup`] → [`server`] →
+//! [`rollout`] → [`profile`] / [`scanner`] / [`engine`] / [`search`] /
+//! [`pages`] → [`metrics`]. Imports follow that order downward, with these
+//! exceptions today: [`config`] names the engine, search and page settings
+//! it validates, and `search::setup` and `server::{ops, state}` read it;
+//! [`logging`] names the embedded engine's flush step it filters; [`profile`]
+//! uses the engine's chat turn and the search document types.
 //!
 //! - [`startup`]: the composition root: config → profiles, dispatcher, HTTP
-//!   state, listener, the embedded engine loaded in the background; signals.
+//!   state, listener, the engine (embedded, loaded in the background, or
+//!   remote); signals. [`logging`]: the binary's log setup.
 //! - [`server`]: the HTTP surface (axum), one file per step: `listen`
 //!   (connections) → `ops` (keys, limits, per-route metrics) → `json` (the
 //!   body) → `validate` → `chat` / `retrieve` → `render` (chunks, responses);
 //!   `responses` (the Responses API over the same rollout), `mcp` (the MCP
-//!   server), `citations` (`url_citation`s of an answer); `state`, `error`,
-//!   `openai` (wire types), `api_doc` (OpenAPI).
-//! - [`rollout`]: the search loop of one request, round by round; `answer`
-//!   trims the streamed answer and applies `stop` strings.
+//!   server), `citations` (`url_citation`s of an answer), `observe`
+//!   (per-request metrics from a rollout's events), `headers` (security
+//!   headers); `state`, `error`, `openai` (wire types), `api_doc` (OpenAPI).
+//! - [`rollout`]: the search loop of one request: `prompt` (the first
+//!   prompt), then round by round `round` (what a round ended in) and
+//!   `search` (its queries at once, pages, splices); `resume` (a client's
+//!   transcript continued), `answer` (the streamed answer, `stop` strings),
+//!   `types` (requests, events, outcomes).
 //! - [`profile`]: policy profiles (`config/policies/*.toml`): `load` (schema and
-//!   validation) and `text` (prompt, queries, splices, `defuse`). Data, not code.
+//!   validation), `text` (prompt, queries, splices, `defuse`) and `tools`
+//!   (tool calls' queries and responses). Data, not code.
 //! - [`scanner`]: the tag scanner, a pure state machine over generated text.
 //! - [`toolcall`]: tool calls in a finished turn (`<tool_call>` JSON, fenced
 //!   or bare call objects), a pure function for tool-calling profiles.
 //! - [`template`]: the `{field}` templates profiles are written in.
 //! - [`pyjson`]: Python's `json.dumps` and `repr()` byte for byte (RAG-R1's
 //!   splice, chat templates' `tojson`, DeepResearcher's tool results).
-//! - [`engine`]: the [`engine::Engine`] trait; the embedded mistral.rs engine
-//!   (`mistral`, `prepare` for weight copies), `gate` (engine slots, oldest rollout first)
-//!   and `scripted` (a replaying engine for tests).
+//! - [`engine`]: the [`engine::Engine`] trait; `chat_template` (the model's
+//!   template, rendered by seeker for every engine); the embedded mistral.rs
+//!   engine (`mistral`, with `prepare` for weight copies, `reuse` for prefix
+//!   reuse and its sentinel, `continued` for rounds continued by token ids,
+//!   `vocab` for the GGUF's vocabulary); `remote` (inference servers:
+//!   replicas, failover, `wire` for their streams, `tokens` for rounds as
+//!   token ids); `gate` (engine slots, oldest rollout first) and `scripted`
+//!   (a replaying engine for tests).
 //! - [`search`]: the [`search::SearchBackend`] trait; `dispatch` (every query of
 //!   a round at once: limits, retries, shared cache), `bm25` (the local tantivy
-//!   index), `web` (Bing v7 shape, SearXNG), `retriever` (the Search-R1
-//!   retriever protocol), `clean` (snippet clean-up), `setup` (from config).
+//!   index), `dense` (dense and hybrid retrieval, with `embed` for the encoder
+//!   and `ann` for the HNSW index), `web` (Bing v7 shape, SearXNG), the
+//!   retriever protocols `retriever` (Search-R1 `/retrieve`), `flashrag`
+//!   (`/search`, `/batch_search`) and `r1searcher` (`/queries`), `clean`
+//!   (snippet clean-up), `setup` (from config).
 //! - [`pages`]: page actions: `guard` (what may be fetched: schemes, hosts,
 //!   every resolved address) and `reader` (fetch, readable text, cache; corpus
 //!   documents by id or title).
@@ -45,6 +63,7 @@
 //! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1 and
 //!   retrieval recall (`metrics`), the run itself (`job`).
 //! - [`tempfiles`]: removal of temporary files that stopped processes left.
+//! - [`secret`]: API keys that `Debug` prints as `[redacted]`.
 //!
 //! The protocols the code relies on, with their sources, are in
 //! `docs/protocols.md`.
@@ -60,6 +79,7 @@ pub mod pyjson;
 pub mod rollout;
 pub mod scanner;
 pub mod search;
+pub mod secret;
 pub mod server;
 pub mod startup;
 pub mod tempfiles;

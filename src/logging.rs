@@ -64,3 +64,13 @@ impl Visit for Mentions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::mistral::{FLUSH_ERROR_MARK, FLUSH_TOKEN};
+
+    #[test]
+    fn the_mark_is_the_flush_token_written_out() {
+        assert_eq!(FLUSH_ERROR_MARK, FLUSH_TOKEN.to_string());
+    }
+}

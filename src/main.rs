@@ -467,7 +467,7 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
             temperature: args.temperature,
             concurrency: args.concurrency as usize,
             timeout: std::time::Duration::from_secs(args.timeout),
-            api_key: args.api_key,
+            api_key: args.api_key.map(seeker::secret::Secret::from),
         })
     };
     run_job(&job, target)

@@ -15,6 +15,7 @@ use crate::engine::chat_template::ChatTemplate;
 use crate::engine::mistral::{MistralConfig, MistralEngine};
 use crate::engine::remote::{RemoteConfig, RemoteEngine};
 use crate::profile::Profile;
+use crate::secret::Secret;
 use crate::server::{run, AppState};
 
 /// The server's shared state from `config`: profiles (the default one must
@@ -254,7 +255,8 @@ fn remote_config(config: &Config) -> RemoteConfig {
         api_key: (!model.remote_api_key_env.is_empty())
             .then(|| std::env::var(&model.remote_api_key_env).ok())
             .flatten()
-            .filter(|k| !k.trim().is_empty()),
+            .filter(|k| !k.trim().is_empty())
+            .map(Secret::from),
         connect_timeout: Duration::from_secs(model.remote_connect_timeout_s.max(1)),
         read_timeout: Duration::from_secs(model.remote_read_timeout_s.max(1)),
         token_continuation: model.token_continuation,

@@ -26,6 +26,8 @@ use serde_json::{json, Value};
 
 use dataset::QaItem;
 
+use crate::secret::Secret;
+
 /// How to run an evaluation.
 #[derive(Clone, Debug, Serialize)]
 pub struct EvalConfig {
@@ -50,7 +52,7 @@ pub struct EvalConfig {
     pub timeout: Duration,
     /// `Authorization: Bearer` key, when the server wants one (never written out).
     #[serde(skip)]
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
 }
 
 fn as_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -311,7 +313,7 @@ pub async fn run(
 pub async fn served_model(config: &EvalConfig) -> Option<String> {
     let mut req = reqwest::Client::new().get(format!("{}/v1/models", config.url));
     if let Some(key) = &config.api_key {
-        req = req.bearer_auth(key);
+        req = req.bearer_auth(key.expose());
     }
     let v: Value = req.send().await.ok()?.json().await.ok()?;
     v["data"][0]["id"].as_str().map(str::to_string)
@@ -357,7 +359,7 @@ async fn ask(client: &reqwest::Client, config: &EvalConfig, item: &QaItem) -> Qu
         .post(format!("{}/v1/chat/completions", config.url))
         .json(&body);
     if let Some(key) = &config.api_key {
-        req = req.bearer_auth(key);
+        req = req.bearer_auth(key.expose());
     }
     let work = async {
         let response = req.send().await.map_err(|e| {

@@ -56,6 +56,7 @@ use super::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams,
 };
 use crate::metrics::Metrics;
+use crate::secret::Secret;
 
 /// Longest time a replica stays marked down before it is probed again.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -79,7 +80,7 @@ pub struct RemoteConfig {
     /// reachable replica lists at `GET /v1/models`.
     pub model: Option<String>,
     /// `Authorization: Bearer` key for the servers (vLLM `--api-key`).
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// Deadline to open a connection to a replica.
     pub connect_timeout: Duration,
     /// Longest silence from a replica: to the response headers, and between
@@ -102,7 +103,7 @@ struct Inner {
     client: reqwest::Client,
     replicas: Vec<Replica>,
     model: String,
-    api_key: Option<String>,
+    api_key: Option<Secret>,
     template: ChatTemplate,
     special_tokens: Vec<String>,
     /// Rollout id → the replica its rounds go to.
@@ -232,7 +233,13 @@ impl RemoteEngine {
             let mut answering = Vec::new();
             let mut failures = Vec::new();
             for (i, replica) in replicas.iter().enumerate() {
-                match list_models(&client, &replica.url, config.api_key.as_deref()).await {
+                match list_models(
+                    &client,
+                    &replica.url,
+                    config.api_key.as_ref().map(Secret::expose),
+                )
+                .await
+                {
                     Ok(ids) => {
                         answering.push(i);
                         answered.get_or_insert(ids);
@@ -466,7 +473,7 @@ impl Inner {
                 "temperature": 0.0, "stream": false}),
             );
         if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
+            request = request.bearer_auth(key.expose());
         }
         let response = request
             .send()
@@ -619,7 +626,7 @@ impl Inner {
             .post(format!("{}/v1/completions", replica.url))
             .json(body);
         if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
+            request = request.bearer_auth(key.expose());
         }
         let response = match tokio::time::timeout(self.read_timeout, request.send()).await {
             Err(_) => {

@@ -105,7 +105,7 @@ impl Inner {
                 "add_special_tokens": false,
             }));
         if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key);
+            request = request.bearer_auth(key.expose());
         }
         let response = request.send().await.map_err(|e| e.to_string())?;
         if !response.status().is_success() {
