@@ -143,9 +143,15 @@ def main():
     ap.add_argument("data")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
-    report = subprocess.run(
-        ["perf", "script", "-i", args.data, "-F", "period,ip,sym,symoff,dso"],
-        capture_output=True, text=True, check=True).stdout
+    try:
+        done = subprocess.run(
+            ["perf", "script", "-i", args.data, "-F", "period,ip,sym,symoff,dso"],
+            capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SystemExit("perf_split.py: perf is not installed (apt-get install linux-perf)")
+    if done.returncode != 0:
+        raise SystemExit(f"perf_split.py: perf script -i {args.data} failed: {done.stderr.strip()}")
+    report = done.stdout
     samples = list(frames_of(report))
     attention_closures = {
         frames[1][1] for _, frames in samples

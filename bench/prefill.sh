@@ -9,7 +9,7 @@
 # bench/llama_cpp_bench.py (the pinned xllamacpp server, 2 threads, n_batch 512,
 # cache_prompt false) prefills the same text. Alternating, RUNS pairs per point.
 # SKIP lists "model:length" points seeker does not run (llama.cpp still does), for
-# points that would take too long (the default model at 8000 takes about 40 min).
+# points that would take too long (the default model at 8000 took 14 min here).
 #
 # PERF="model:length" (e.g. "default:4000") also records a `perf` profile of that
 # point's prefill alone (engine_bench --perf-ctl) and splits it with
@@ -36,13 +36,15 @@ SKIP=${SKIP:-}
 PERF=${PERF:-}
 PERF_DECODE=${PERF_DECODE:-}
 OUT=${OUT:-target/bench-prefill}
-mkdir -p "$OUT"
 
+die() {
+    echo "bench/prefill.sh: $*" >&2
+    exit 2
+}
 gguf() {
     case $1 in
         small) echo models/SmolLM2-135M-Instruct.Q4_1.gguf ;;
         default) echo models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf ;;
-        *) echo "unknown model $1 (small or default)" >&2; exit 2 ;;
     esac
 }
 profile() {
@@ -51,11 +53,32 @@ profile() {
         default) echo config/policies/search-r1.toml ;;
     esac
 }
-for m in $MODELS; do [[ -f $(gguf "$m") ]] || { echo "missing $(gguf "$m"): run scripts/fetch-defaults.sh" >&2; exit 2; }; done
+# Everything is checked before $OUT is touched (a typo must not empty runs.jsonl).
+for m in $MODELS $PERF_DECODE; do
+    [[ $m == small || $m == default ]] || die "unknown model '$m' (models: small default)"
+    [[ -f $(gguf "$m") ]] || die "missing $(gguf "$m"): run scripts/fetch-defaults.sh"
+done
+for len in $LENGTHS; do
+    [[ $len =~ ^[1-9][0-9]*$ ]] || die "LENGTHS: '$len' is not a number of prompt tokens"
+done
+[[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS: '$RUNS' is not a positive number of runs"
+for point in $SKIP $PERF; do
+    [[ $point =~ ^(small|default):[1-9][0-9]*$ ]] || die "SKIP/PERF: '$point' is not model:length (e.g. default:4000)"
+done
 if [[ -n $PERF$PERF_DECODE ]] && ! command -v perf >/dev/null; then
-    echo "PERF/PERF_DECODE need perf (apt-get install linux-perf)" >&2
-    exit 2
+    die "PERF/PERF_DECODE need perf (apt-get install linux-perf)"
 fi
+mkdir -p "$OUT"
+
+# step CMD... : runs one bench step (output in $OUT/last.txt); on failure shows
+# why and stops.
+step() {
+    if ! "$@" >"$OUT/last.txt" 2>"$OUT/last.err"; then
+        echo "bench/prefill.sh: failed: $*" >&2
+        tail -n 20 "$OUT/last.err" >&2
+        exit 1
+    fi
+}
 
 LLAMA_PY=$(scripts/llama-venv.sh)
 # BENCH: another engine_bench binary (e.g. one built from an older commit).
@@ -81,10 +104,12 @@ perf_run() {
     local fifo=$OUT/perf.ctl
     rm -f "$fifo"
     mkfifo "$fifo"
-    perf record -q -F "$hz" --call-graph dwarf,4096 -D -1 --control "fifo:$fifo" -o "$OUT/$name.perf.data" -- \
-        "$BENCH" "$@" --perf-ctl "$fifo" --perf-phase "$phase" >"$OUT/$name.perf.txt" 2>"$OUT/last.err"
+    step perf record -q -F "$hz" --call-graph dwarf,4096 -D -1 --control "fifo:$fifo" -o "$OUT/$name.perf.data" -- \
+        "$BENCH" "$@" --perf-ctl "$fifo" --perf-phase "$phase"
+    cp "$OUT/last.txt" "$OUT/$name.perf.txt"
     rm -f "$fifo"
-    python3 bench/perf_split.py "$OUT/$name.perf.data" >"$OUT/$name.perf.md"
+    step python3 bench/perf_split.py "$OUT/$name.perf.data"
+    cp "$OUT/last.txt" "$OUT/$name.perf.md"
 }
 
 # KEEP=1 keeps the runs of other points from an earlier run in $OUT (the
@@ -106,14 +131,14 @@ for m in $MODELS; do
               --prompt-tokens "$len" --max-tokens 1 --prompt-out "$OUT/$m-$len.txt")
         for _ in $(seq 1 "$RUNS"); do
             if [[ " $SKIP " != *" $m:$len "* ]]; then
-                "$BENCH" "${args[@]}" --runs 1 >"$OUT/last.txt" 2>"$OUT/last.err"
+                step "$BENCH" "${args[@]}" --runs 1
                 tag "$OUT/last.txt" seeker "$m" "$len" >>"$OUT/runs.jsonl"
             else
                 # the prompt text only, for llama.cpp
-                "$BENCH" "${args[@]}" --runs 0 >/dev/null 2>"$OUT/last.err"
+                step "$BENCH" "${args[@]}" --runs 0
             fi
-            "$LLAMA_PY" bench/llama_cpp_bench.py "$OUT/$m-$len.txt" --gguf "$(gguf "$m")" \
-                --max-tokens 1 --runs 1 --ctx $((len * 5 / 4 + 256)) >"$OUT/last.txt" 2>"$OUT/last.err"
+            step "$LLAMA_PY" bench/llama_cpp_bench.py "$OUT/$m-$len.txt" --gguf "$(gguf "$m")" \
+                --max-tokens 1 --runs 1 --ctx $((len * 5 / 4 + 256))
             tag "$OUT/last.txt" llama.cpp "$m" "$len" >>"$OUT/runs.jsonl"
         done
         if [[ " $PERF " == *" $m:$len "* ]]; then

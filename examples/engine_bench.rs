@@ -62,14 +62,43 @@ struct Args {
     perf_ctl: Option<PathBuf>,
     /// The phase `--perf-ctl` records: `prefill` (request to first token) or
     /// `decode` (first token to the end).
-    #[arg(long, default_value = "decode")]
-    perf_phase: String,
+    #[arg(long, value_enum, default_value_t = Phase::Decode)]
+    perf_phase: Phase,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Phase {
+    Prefill,
+    Decode,
 }
 
 /// Sends `perf record` a control command (`enable`/`disable`) when asked to.
 struct PerfControl(Option<std::fs::File>);
 
 impl PerfControl {
+    /// Opens `path` for writing. A FIFO's open waits for its reader, so a
+    /// FIFO that `perf record` does not read is refused after 10 s.
+    fn open(path: Option<&std::path::Path>) -> anyhow::Result<Self> {
+        let Some(path) = path else {
+            return Ok(Self(None));
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let owned = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(std::fs::OpenOptions::new().write(true).open(owned));
+        });
+        match rx.recv_timeout(std::time::Duration::from_secs(10)) {
+            Ok(Ok(file)) => Ok(Self(Some(file))),
+            Ok(Err(e)) => anyhow::bail!("--perf-ctl {}: {e}", path.display()),
+            Err(_) => anyhow::bail!(
+                "--perf-ctl {}: nothing reads it after 10 s (run under \
+                 `perf record -D -1 --control fifo:{}`)",
+                path.display(),
+                path.display()
+            ),
+        }
+    }
+
     fn command(&mut self, command: &str) -> anyhow::Result<()> {
         use std::io::Write;
         if let Some(fifo) = &mut self.0 {
@@ -124,23 +153,31 @@ async fn main() -> anyhow::Result<()> {
     let prompt = match args.prompt_tokens {
         None => with_docs(&index.search(&args.question, args.docs)?),
         Some(target) => {
-            // Whole documents, so the prompt is a real splice; the first
-            // count that reaches `target` tokens.
+            // Whole documents, so the prompt is a real splice: the fewest
+            // top documents that reach `target` tokens (more documents, more
+            // tokens, so a binary search).
             let pool = index.search(&args.question, 1_000)?;
-            let mut found = None;
-            for n in 1..=pool.len() {
+            let tokens = |n: usize| {
                 let prompt = with_docs(&pool[..n]);
-                if engine.tokenize(&prompt).await?.len() >= target {
-                    found = Some(prompt);
-                    break;
+                let engine = &engine;
+                async move { anyhow::Ok((engine.tokenize(&prompt).await?.len(), prompt)) }
+            };
+            let (all, _) = tokens(pool.len()).await?;
+            anyhow::ensure!(
+                all >= target,
+                "--prompt-tokens {target}: the {} documents the index returns make {all} prompt tokens",
+                pool.len()
+            );
+            let (mut lo, mut hi) = (0, pool.len());
+            while lo + 1 < hi {
+                let mid = (lo + hi) / 2;
+                if tokens(mid).await?.0 >= target {
+                    hi = mid;
+                } else {
+                    lo = mid;
                 }
             }
-            found.ok_or_else(|| {
-                anyhow::anyhow!(
-                    "{} documents make fewer than {target} prompt tokens",
-                    pool.len()
-                )
-            })?
+            tokens(hi).await?.1
         }
     };
     std::fs::write(&args.prompt_out, &prompt)?;
@@ -157,18 +194,11 @@ async fn main() -> anyhow::Result<()> {
         stop: Vec::new(),
         session: None,
     };
-    let phase = args.perf_phase.as_str();
-    anyhow::ensure!(
-        matches!(phase, "prefill" | "decode"),
-        "--perf-phase {phase}: expected prefill or decode"
-    );
-    let mut perf = PerfControl(match &args.perf_ctl {
-        Some(path) => Some(std::fs::OpenOptions::new().write(true).open(path)?),
-        None => None,
-    });
+    let phase = args.perf_phase;
+    let mut perf = PerfControl::open(args.perf_ctl.as_deref())?;
     for run in 0..args.runs {
         let started = Instant::now();
-        if phase == "prefill" {
+        if phase == Phase::Prefill {
             perf.command("enable")?;
         }
         let mut generation = engine.generate(&prompt, &params).await?;
@@ -180,7 +210,7 @@ async fn main() -> anyhow::Result<()> {
                 EngineEvent::Text { text: t, tokens: n } => {
                     if first.is_none() {
                         first = Some(Instant::now());
-                        perf.command(if phase == "prefill" {
+                        perf.command(if phase == Phase::Prefill {
                             "disable"
                         } else {
                             "enable"
@@ -194,7 +224,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         let end = Instant::now();
-        if phase == "decode" {
+        if phase == Phase::Decode {
             perf.command("disable")?;
         }
         let ttft = first.map_or(0.0, |f| (f - started).as_secs_f64());
