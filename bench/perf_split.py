@@ -20,6 +20,7 @@ Kernel frames count as memory (page faults, page allocation) or thread hand-offs
 Prints a markdown table of the parts and the top N leaf symbols.
 """
 import argparse
+import bisect
 import re
 import subprocess
 
@@ -99,7 +100,6 @@ def owners(samples):
             continue
         delta = max(deltas, key=deltas.get)
         addrs = [a for a, _ in table]
-        import bisect
         for d, start in starts:
             if d != dso:
                 continue
@@ -111,7 +111,7 @@ def owners(samples):
     return result
 
 
-def classify(frames, attention_closures, closure_owner=None):
+def classify(frames, attention_closures, closure_owner):
     leaf = frames[0][0]
     if frames[0][2].startswith("[kernel"):
         for sym, _, dso in frames:
@@ -129,7 +129,7 @@ def classify(frames, attention_closures, closure_owner=None):
     for sym, start, _ in frames:
         if start in attention_closures:
             return PARTS[0][0]
-        sym = (closure_owner or {}).get(start, sym) if "call_" in sym else sym
+        sym = closure_owner.get(start, sym) if "call_" in sym else sym
         for part, pattern in PARTS:
             if re.search(pattern, sym):
                 return part

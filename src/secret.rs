@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// An API key. Serde reads and writes it as the plain string
 /// (`#[serde(transparent)]`), so config files keep their shape; `Debug`
 /// prints `[redacted]`.
-#[derive(Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(transparent)]
 pub struct Secret(String);
 
@@ -38,12 +38,6 @@ impl fmt::Debug for Secret {
 impl From<String> for Secret {
     fn from(key: String) -> Self {
         Self(key)
-    }
-}
-
-impl From<&str> for Secret {
-    fn from(key: &str) -> Self {
-        Self(key.to_string())
     }
 }
 
