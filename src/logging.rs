@@ -1,6 +1,6 @@
 //! The log setup of the `seeker` binary: `RUST_LOG` (or seeker's default
 //! levels) on standard error, less the engine's report of the step that
-//! empties the prefix cache on purpose (`engine::mistral::flush`): mistral.rs
+//! empties the prefix cache on purpose (`engine::mistral::reuse_state::flush`): mistral.rs
 //! logs every failed forward pass at ERROR, and that one is no fault.
 
 use std::fmt::Debug;

@@ -150,7 +150,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     // Before, the accept loop and the load were polled together in one
     // `select!` on the `block_on` thread, and mistral.rs's warm-up run, which
     // parks that thread with a nested blocking wait, could swallow the accept
-    // loop's wake-up for good (see `engine::mistral::build_off_runtime`).
+    // loop's wake-up for good (see `build_off_runtime` in `engine/mistral/load.rs`).
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let grace = Duration::from_secs(config.server.shutdown_grace_s);
     let mut server = tokio::spawn(run(

@@ -1,0 +1,222 @@
+//! Loading the embedded engine: the GGUF (or its prepared copy) becomes a
+//! mistral.rs pipeline, then a running `mistralrs::Model` with its scheduler.
+//!
+//! Seam: [`MistralEngine::load`] is the only entry; it hands the prefix-reuse
+//! state to [`super::reuse_state`] and flushes the warm-up run's entry there.
+
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use mistralrs::core::{
+    AddModelConfig, EngineConfig, GGUFLoaderBuilder, GGUFSpecificConfig, Pipeline, TokenSource,
+};
+use mistralrs::model_builder_trait::build_model_from_pipeline;
+use mistralrs::{
+    AutoDeviceMapParams, DefaultSchedulerMethod, Device, DeviceMapSetting, ModelDType,
+    SchedulerConfig,
+};
+
+use super::reuse_state::{flush, FlushReason, Reuse};
+use super::{ActivationDtype, MistralConfig, MistralEngine};
+use crate::engine::chat_template::ChatTemplate;
+use crate::engine::prepare::ensure_prepared;
+use crate::engine::EngineError;
+
+impl ActivationDtype {
+    fn to_mistral(self) -> ModelDType {
+        match self {
+            Self::F32 => ModelDType::F32,
+            Self::F16 => ModelDType::F16,
+            Self::Bf16 => ModelDType::BF16,
+            Self::Auto => ModelDType::Auto,
+        }
+    }
+}
+
+/// What [`load_pipeline`] reads from the GGUF beside the model.
+type Loaded = (
+    Arc<tokio::sync::Mutex<dyn Pipeline + Send + Sync>>,
+    Vec<String>,
+    Option<Arc<ChatTemplate>>,
+);
+
+impl MistralEngine {
+    /// Loads the GGUF in `config` on the CPU (or the first CUDA device when built
+    /// with `cuda`).
+    ///
+    /// # Errors
+    /// [`EngineError::Load`] when the file is missing or not a supported GGUF.
+    pub async fn load(config: &MistralConfig) -> Result<Self, EngineError> {
+        if !config.gguf.is_file() {
+            return Err(EngineError::Load(format!(
+                "{} not found (run scripts/fetch-defaults.sh)",
+                config.gguf.display()
+            )));
+        }
+        let gguf = prepared_weights(config).await?;
+        let (pipeline, special_tokens, template) = load_pipeline(config, &gguf).await?;
+
+        let seqs = NonZeroUsize::new(config.max_num_seqs.max(1)).expect("max(1) is non-zero");
+        let scheduler = SchedulerConfig::DefaultScheduler {
+            method: DefaultSchedulerMethod::Fixed(seqs),
+        };
+        // The flush relies on candle's bounds check, which CUDA lacks.
+        let cuda = cfg!(feature = "cuda");
+        if cuda && config.prefix_cache && !config.naive_prefix_cache {
+            tracing::warn!("prefix reuse is CPU-only for now; off on CUDA");
+        }
+        let reuse = if config.prefix_cache && !config.naive_prefix_cache && !cuda {
+            Some(Arc::new(Reuse::load(config).await?))
+        } else {
+            None
+        };
+        let engine_config = EngineConfig {
+            no_prefix_cache: reuse.is_none() && !(config.prefix_cache && config.naive_prefix_cache),
+            ..EngineConfig::default()
+        };
+        let model = build_off_runtime(pipeline, scheduler, engine_config).await?;
+        let max_seq_len = model.max_sequence_length().ok().flatten();
+        let engine = Self {
+            model: Arc::new(model),
+            max_seq_len,
+            special_tokens,
+            template,
+            reuse,
+        };
+        if let Some(reuse) = &engine.reuse {
+            // The warm-up run ("hello", one token) left an entry whose last
+            // token has no row, under a key seeker did not choose.
+            flush(&engine.model, reuse, FlushReason::Startup).await?;
+        }
+        Ok(engine)
+    }
+}
+
+/// The GGUF to load: the prepared copy `config.weights` asks for
+/// ([`crate::engine::prepare`]), or the original when the copy cannot be
+/// written (read-only model directory, full disk: that costs speed, not the
+/// server).
+///
+/// # Errors
+/// [`EngineError::Load`] when the preparing thread panicked.
+async fn prepared_weights(config: &MistralConfig) -> Result<PathBuf, EngineError> {
+    let (source, weights) = (config.gguf.clone(), config.weights);
+    let original = config.gguf.clone();
+    let prepared = tokio::task::spawn_blocking(move || ensure_prepared(&source, weights))
+        .await
+        .map_err(|e| EngineError::Load(format!("prepare thread failed: {e}")))?;
+    Ok(prepared.unwrap_or_else(|e| {
+        tracing::warn!(
+            error = %format!("{e:#}"),
+            weights = ?weights,
+            "cannot prepare the weights; loading the GGUF as it is (slower)"
+        );
+        original
+    }))
+}
+
+/// Loads `gguf` into a mistral.rs pipeline, with the control tokens and the
+/// chat template of `config.gguf` (file reads stay off the async runtime).
+///
+/// # Errors
+/// [`EngineError::Load`] when the file is not a supported GGUF.
+async fn load_pipeline(config: &MistralConfig, gguf: &Path) -> Result<Loaded, EngineError> {
+    let dir = gguf
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), PathBuf::from);
+    let file = gguf
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .ok_or_else(|| EngineError::Load(format!("{} is not a file", gguf.display())))?;
+    let dtype = config.dtype.to_mistral();
+    let device = best_device()?;
+    let tokens_from = config.gguf.clone();
+    tokio::task::spawn_blocking(move || {
+        let special_tokens = crate::engine::prepare::special_tokens(&tokens_from)?;
+        // seeker's own rendering of the same template, for prompts with
+        // tools (mistral.rs's tojson is minijinja's, not Python's).
+        let template = ChatTemplate::from_gguf(&tokens_from)
+            .map_err(|e| tracing::warn!("tools cannot be rendered: {e}"))
+            .ok()
+            .map(Arc::new);
+        let loader = GGUFLoaderBuilder::new(
+            None,
+            None,
+            dir.to_string_lossy().into_owned(),
+            vec![file],
+            GGUFSpecificConfig::default(),
+            false,
+            None,
+        )
+        .build();
+        loader
+            .load_model_from_hf(
+                None,
+                TokenSource::None,
+                &dtype,
+                &device,
+                true,
+                DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+                None,
+                None,
+            )
+            .map(|pipeline| (pipeline, special_tokens, template))
+    })
+    .await
+    .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?
+    .map_err(|e| EngineError::Load(format!("{}: {e:#}", config.gguf.display())))
+}
+
+/// Builds the engine (`mistralrs::Model`) from a loaded pipeline on a thread
+/// of its own, so that nothing else can be parked behind it.
+///
+/// Why (seeker issue 12, a server that never answered after `model loaded`):
+/// mistral.rs 0.8.1 `MistralRs::new` (`mistralrs-core/src/lib.rs`, "Do a dummy
+/// run") waits for a one-token warm-up generation with
+/// `tokio::task::block_in_place(|| rx.blocking_recv())`. `blocking_recv` parks
+/// the calling thread with tokio's thread-local parker (`CURRENT_PARKER` in
+/// `tokio/src/runtime/park.rs`) — the same parker that `Runtime::block_on`
+/// uses on that thread for the future it drives. When the build was polled
+/// inside `block_on` next to other futures (the accept loop, in one
+/// `tokio::select!`), a wake-up for those futures (a connection arriving during
+/// the warm-up) unparked the thread, the nested `blocking_recv` consumed it,
+/// re-checked its own channel and parked again: the wake-up was lost, and the
+/// accept loop, with its waker spent, was never polled again. Run on a thread
+/// whose only future is this build, the nested park can swallow no one else's
+/// wake-up, whoever awaits this function and however they poll it.
+async fn build_off_runtime(
+    pipeline: Arc<tokio::sync::Mutex<dyn Pipeline>>,
+    scheduler: SchedulerConfig,
+    engine_config: EngineConfig,
+) -> Result<mistralrs::Model, EngineError> {
+    let handle = tokio::runtime::Handle::current();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("seeker-engine-build".into())
+        .spawn(move || {
+            // `Handle::block_on` keeps the runtime's context (mistral.rs checks
+            // for a multi-threaded runtime before its warm-up run) while this
+            // thread's parker serves this future alone.
+            let model = handle.block_on(build_model_from_pipeline(
+                pipeline,
+                scheduler,
+                AddModelConfig::new(engine_config),
+            ));
+            let _ = tx.send(model);
+        })
+        .map_err(|e| EngineError::Load(format!("cannot start the engine thread: {e}")))?;
+    rx.await
+        .map_err(|_| EngineError::Load("the engine build thread panicked".into()))
+}
+
+#[cfg(feature = "cuda")]
+fn best_device() -> Result<Device, EngineError> {
+    mistralrs::best_device(false).map_err(|e| EngineError::Load(format!("device: {e}")))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn best_device() -> Result<Device, EngineError> {
+    Ok(Device::Cpu)
+}
