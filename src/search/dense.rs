@@ -13,10 +13,11 @@
 //! matrix-vector product, top-k kept in a heap) up to
 //! `search.dense.approximate_above` rows; a larger corpus also gets an HNSW
 //! graph at build ([`super::ann`]), which open loads instead of the vectors.
-//! `bench/README.md` has the figures.
+//! `bench/README.md` has the figures. The `hybrid` backend, which fuses
+//! this one with BM25, is [`super::hybrid`] (re-exported here).
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::ann::{Approximate, HnswParams};
 use super::bm25::{Bm25Index, IndexError};
 use super::embed::{EmbedError, Embedder, EncoderSpec};
+pub use super::hybrid::{fuse, HybridBackend, HybridConfig};
 use super::{Document, SearchBackend, SearchError};
 
 /// Directory of the dense index inside a BM25 index directory.
@@ -146,9 +148,64 @@ pub fn build_dense(
         .map(|d| format!("\"{}\"\n{}", d.title, d.text))
         .collect();
     drop(docs);
+    let dim = embedder.spec().dim;
+    let vectors = embed_all(&texts, embedder, batch, &on_progress)?;
+
+    let dense_dir = index_dir.join(DENSE_DIR);
+    crate::tempfiles::remove_stale(index_dir, ".dense.tmp-");
+    let tmp = index_dir.join(format!(".dense.tmp-{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    write_vectors(&tmp.join(VECTORS_FILE), &vectors)?;
+    let hnsw = (rows > options.approximate_above).then_some(options.hnsw);
+    if let Some(params) = hnsw {
+        super::ann::build(&vectors, dim, params, &tmp, |done, total| {
+            on_progress(BuildStage::Linking, done, total)
+        })?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let manifest = DenseManifest {
+        format: DENSE_FORMAT,
+        corpus_sha256: index.manifest().corpus_sha256.clone(),
+        rows,
+        encoder: embedder.spec().clone(),
+        model: embedder.dir().display().to_string(),
+        seconds,
+        hnsw,
+    };
+    let manifest_path = tmp.join(DENSE_MANIFEST);
+    let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
+    std::fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
+    if dense_dir.exists() {
+        std::fs::remove_dir_all(&dense_dir).map_err(io(&dense_dir))?;
+    }
+    std::fs::rename(&tmp, &dense_dir).map_err(io(&dense_dir))?;
+    Ok(DenseStats {
+        rows,
+        dim,
+        seconds,
+        approximate: hnsw.is_some(),
+    })
+}
+
+/// The embeddings of `texts` (`rows × dim`, row `i` of text `i`), `batch`
+/// passages per forward pass, shortest first (so padding stays small), one
+/// batch per core; `on_progress(Embedding, done, rows)` after each batch.
+///
+/// # Errors
+/// The first encoder failure (the other workers stop at their next batch).
+fn embed_all(
+    texts: &[String],
+    embedder: &Embedder,
+    batch: usize,
+    on_progress: &(impl Fn(BuildStage, usize, usize) + Sync),
+) -> Result<Vec<f32>, EmbedError> {
+    let rows = texts.len();
+    let dim = embedder.spec().dim;
     let mut order: Vec<usize> = (0..rows).collect();
     order.sort_by_key(|&i| texts[i].len());
-    let dim = embedder.spec().dim;
     let batch = batch.max(1);
     let batches: Vec<&[usize]> = order.chunks(batch).collect();
     // One worker per core, each a batch at a time: candle's own threading
@@ -193,53 +250,22 @@ pub fn build_dense(
         }
     });
     if let Some(e) = failed.into_inner().expect("workers joined") {
-        return Err(e.into());
+        return Err(e);
     }
-    let vectors = done.into_inner().expect("workers joined").0;
+    Ok(done.into_inner().expect("workers joined").0)
+}
 
-    let dense_dir = index_dir.join(DENSE_DIR);
-    crate::tempfiles::remove_stale(index_dir, ".dense.tmp-");
-    let tmp = index_dir.join(format!(".dense.tmp-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    let vectors_path = tmp.join(VECTORS_FILE);
-    let file = std::fs::File::create(&vectors_path).map_err(io(&vectors_path))?;
+/// Writes `vectors` to `path` as little-endian `f32`s.
+///
+/// # Errors
+/// [`DenseError::Io`] naming `path`.
+fn write_vectors(path: &Path, vectors: &[f32]) -> Result<(), DenseError> {
+    let file = std::fs::File::create(path).map_err(io(path))?;
     let mut w = BufWriter::new(file);
-    for x in &vectors {
-        w.write_all(&x.to_le_bytes()).map_err(io(&vectors_path))?;
+    for x in vectors {
+        w.write_all(&x.to_le_bytes()).map_err(io(path))?;
     }
-    w.flush().map_err(io(&vectors_path))?;
-    let hnsw = (rows > options.approximate_above).then_some(options.hnsw);
-    if let Some(params) = hnsw {
-        super::ann::build(&vectors, dim, params, &tmp, |done, total| {
-            on_progress(BuildStage::Linking, done, total)
-        })?;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    let manifest = DenseManifest {
-        format: DENSE_FORMAT,
-        corpus_sha256: index.manifest().corpus_sha256.clone(),
-        rows,
-        encoder: embedder.spec().clone(),
-        model: embedder.dir().display().to_string(),
-        seconds,
-        hnsw,
-    };
-    let manifest_path = tmp.join(DENSE_MANIFEST);
-    let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
-    std::fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
-    if dense_dir.exists() {
-        std::fs::remove_dir_all(&dense_dir).map_err(io(&dense_dir))?;
-    }
-    std::fs::rename(&tmp, &dense_dir).map_err(io(&dense_dir))?;
-    Ok(DenseStats {
-        rows,
-        dim,
-        seconds,
-        approximate: hnsw.is_some(),
-    })
+    w.flush().map_err(io(path))
 }
 
 /// An open dense index, held in memory (`rows × dim × 4` bytes) as one
@@ -565,135 +591,9 @@ impl SearchBackend for DenseBackend {
     }
 }
 
-/// `[search.hybrid]`: how the `hybrid` backend fuses its two retrievals.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct HybridConfig {
-    /// Reciprocal-rank fusion constant: a document at rank `r` (from 1) of a
-    /// list scores `weight / (rrf_k + r)` (Cormack et al., SIGIR 2009, use 60).
-    pub rrf_k: f32,
-    pub bm25_weight: f32,
-    pub dense_weight: f32,
-    /// Documents taken from each retrieval before fusing (at least top-k).
-    pub candidates: usize,
-}
-
-impl Default for HybridConfig {
-    fn default() -> Self {
-        Self {
-            rrf_k: 60.0,
-            bm25_weight: 1.0,
-            dense_weight: 1.0,
-            candidates: 20,
-        }
-    }
-}
-
-/// The `hybrid` backend: BM25 and dense retrievals of the query run
-/// concurrently, fused by reciprocal rank ([`HybridConfig`]); a document's
-/// score is its fused score. When one retrieval fails the other's list is
-/// returned alone; when both fail, the BM25 error.
-pub struct HybridBackend {
-    bm25: Arc<dyn SearchBackend>,
-    dense: Arc<dyn SearchBackend>,
-    config: HybridConfig,
-}
-
-impl HybridBackend {
-    pub fn new(
-        bm25: Arc<dyn SearchBackend>,
-        dense: Arc<dyn SearchBackend>,
-        config: HybridConfig,
-    ) -> Self {
-        Self {
-            bm25,
-            dense,
-            config,
-        }
-    }
-}
-
-/// Reciprocal-rank fusion of ranked lists `(weight, documents)`; documents are
-/// the same when their ids are. Ties keep the order of first appearance.
-pub fn fuse(lists: &[(f32, Vec<Document>)], rrf_k: f32, k: usize) -> Vec<Document> {
-    let mut scores: HashMap<&str, (f32, usize)> = HashMap::new();
-    let mut docs: Vec<&Document> = Vec::new();
-    for (weight, list) in lists {
-        for (rank, d) in list.iter().enumerate() {
-            let add = weight / (rrf_k + rank as f32 + 1.0);
-            match scores.get_mut(d.id.as_str()) {
-                Some((s, _)) => *s += add,
-                None => {
-                    scores.insert(&d.id, (add, docs.len()));
-                    docs.push(d);
-                }
-            }
-        }
-    }
-    let mut ranked: Vec<(f32, usize)> = scores.into_values().collect();
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    ranked
-        .into_iter()
-        .take(k)
-        .map(|(score, i)| Document {
-            score,
-            ..docs[i].clone()
-        })
-        .collect()
-}
-
-#[async_trait]
-impl SearchBackend for HybridBackend {
-    async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
-        let depth = k.max(self.config.candidates);
-        let (sparse, dense) = tokio::join!(
-            self.bm25.search(query, depth),
-            self.dense.search(query, depth)
-        );
-        let lists = match (sparse, dense) {
-            (Ok(s), Ok(d)) => vec![(self.config.bm25_weight, s), (self.config.dense_weight, d)],
-            (Ok(s), Err(e)) => {
-                tracing::warn!(error = %e, "hybrid: dense retrieval failed; BM25 alone");
-                vec![(self.config.bm25_weight, s)]
-            }
-            (Err(e), Ok(d)) => {
-                tracing::warn!(error = %e, "hybrid: BM25 retrieval failed; dense alone");
-                vec![(self.config.dense_weight, d)]
-            }
-            (Err(e), Err(_)) => return Err(e),
-        };
-        Ok(fuse(&lists, self.config.rrf_k, k))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn doc(id: &str) -> Document {
-        Document {
-            id: id.into(),
-            title: id.into(),
-            ..Document::default()
-        }
-    }
-
-    #[test]
-    fn fusion_rewards_documents_both_lists_rank() {
-        let bm25 = vec![doc("a"), doc("b"), doc("c")];
-        let dense = vec![doc("c"), doc("d"), doc("a")];
-        let fused = fuse(&[(1.0, bm25), (1.0, dense)], 60.0, 3);
-        let ids: Vec<&str> = fused.iter().map(|d| d.id.as_str()).collect();
-        // a: 1/61 + 1/63; c: 1/63 + 1/61 (a first: seen first); then b (1/62) over d (1/62, later).
-        assert_eq!(ids, ["a", "c", "b"]);
-        assert!((fused[0].score - (1.0 / 61.0 + 1.0 / 63.0)).abs() < 1e-6);
-    }
-
-    #[test]
-    fn weights_tilt_the_fusion() {
-        let fused = fuse(&[(1.0, vec![doc("a")]), (3.0, vec![doc("b")])], 60.0, 2);
-        assert_eq!(fused[0].id, "b");
-    }
 
     #[test]
     fn exact_search_returns_the_best_rows_in_order() {

@@ -7,7 +7,8 @@
 //! ([`clean`]). Backends: the local tantivy index ([`bm25`]), Bing Web Search v7
 //! and SearXNG ([`web`]), Search-R1's `POST /retrieve` protocol
 //! ([`retriever`]), and in-process dense and hybrid retrieval over the local
-//! index ([`dense`], with the sentence encoder of [`embed`]). [`dispatcher_from_config`] wires them from `[search]`.
+//! index ([`dense`], [`hybrid`], with the sentence encoder of [`embed`]).
+//! [`dispatcher_from_config`] wires them from `[search]`.
 
 pub mod ann;
 pub mod bm25;
@@ -16,6 +17,7 @@ pub mod dense;
 pub mod dispatch;
 pub mod embed;
 pub mod flashrag;
+pub mod hybrid;
 pub mod r1searcher;
 pub mod retriever;
 mod setup;
