@@ -76,9 +76,16 @@ pub struct DenseConfig {
     /// Candidates the graph search keeps (at least top-k): recall against
     /// latency.
     pub ef_search: usize,
+    /// Prepended to every query (e5's `"query: "`); unset = what the model's
+    /// files or family say.
     pub query_prefix: Option<String>,
+    /// Prepended to every passage (e5's `"passage: "`); unset = what the
+    /// model's files or family say.
     pub passage_prefix: Option<String>,
+    /// `mean` or `cls`; unset = what the model's files or family say.
     pub pooling: Option<Pooling>,
+    /// Tokens per text, `[CLS]` and `[SEP]` included (at least 2); longer
+    /// texts are cut. Unset = the model's `max_seq_length`, else 512.
     pub max_length: Option<usize>,
 }
 
@@ -167,6 +174,7 @@ pub enum BackendKind {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
+    /// What it talks to; decides which of `url` and `index` is required.
     pub kind: BackendKind,
     /// Endpoint (bing), instance root (searxng) or route (retriever).
     #[serde(default)]
