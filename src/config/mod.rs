@@ -1,0 +1,164 @@
+//! Server configuration: a typed struct from `config/seeker.toml`, overridden by
+//! `SEEKER_<SECTION>__<KEY>` environment variables, then by command-line flags.
+//! Unknown keys are errors. Relative paths are relative to the working directory.
+//!
+//! This module holds [`Config`], [`ConfigError`], [`Config::load`] and the
+//! check that runs each section's own; the sections live in `server`,
+//! `model`, `search`, `pages` and `policy` (`[policy]` and `[generation]`),
+//! the environment handling in `env`. Everything is re-exported here, so
+//! callers write `crate::config::X`.
+
+use std::path::{Path, PathBuf};
+
+use figment::providers::{Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+
+mod env;
+mod model;
+mod pages;
+mod policy;
+mod search;
+mod server;
+
+pub use model::{EngineKind, ModelConfig, DEFAULT_GGUF, DEFAULT_MODEL_ID, SMALL_GGUF};
+pub use pages::PagesConfig;
+pub use policy::{GenerationConfig, PolicyConfig};
+pub use search::{
+    BackendConfig, BackendKind, DenseConfig, SearchConfig, DEFAULT_APPROXIMATE_ABOVE,
+    DEFAULT_ENCODER, DEFAULT_INDEX,
+};
+pub use server::{ServerConfig, MAX_LIMIT};
+
+/// The default config file, used when it exists and no `--config` is given.
+pub const DEFAULT_CONFIG_FILE: &str = "config/seeker.toml";
+
+/// The whole configuration.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[server]`: listening, API keys, limits.
+    pub server: ServerConfig,
+    /// `[model]`: the policy model and its engine.
+    pub model: ModelConfig,
+    /// `[search]`: the index, backends and dispatcher settings.
+    pub search: SearchConfig,
+    /// `[policy]`: the protocol profiles.
+    pub policy: PolicyConfig,
+    /// `[generation]`: request token budgets.
+    pub generation: GenerationConfig,
+    /// `[pages]`: the page reader.
+    pub pages: PagesConfig,
+}
+
+/// Config loading failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file given with `--config` does not exist.
+    #[error("config file {0} not found")]
+    NotFound(PathBuf),
+    /// The path given with `--config` is not a file (a directory, say).
+    #[error("config file {0} is not a file")]
+    NotAFile(PathBuf),
+    /// A file or variable that does not parse (unknown key, wrong type), or
+    /// a value a section's check refuses; the message names the key.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+    /// A `SEEKER_<SECTION>__<KEY>` variable that names no setting or holds a
+    /// value of the wrong type.
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+}
+
+impl Config {
+    /// Loads defaults, then `file` (or [`DEFAULT_CONFIG_FILE`] if it exists),
+    /// then `SEEKER_<SECTION>__<KEY>` variables from `env`, each parsed as the
+    /// type of the setting it names.
+    ///
+    /// # Errors
+    /// A named file that does not exist, unknown keys, wrong types (with the
+    /// file or variable and the key).
+    pub fn load(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        match file {
+            Some(path) if !path.exists() => return Err(ConfigError::NotFound(path.into())),
+            Some(path) if !path.is_file() => return Err(ConfigError::NotAFile(path.into())),
+            Some(path) => figment = figment.merge(Toml::file_exact(path)),
+            None if Path::new(DEFAULT_CONFIG_FILE).is_file() => {
+                figment = figment.merge(Toml::file_exact(DEFAULT_CONFIG_FILE));
+            }
+            None => {}
+        }
+        let figment = env::merge_vars(figment, env)?;
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Invalid(describe(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Runs each section's checks. The order is the one the checks always
+    /// had (pages, server, the remote engine, generation, search, the model's
+    /// sizes), so the first error reported for an input stays the same.
+    fn validate(&self) -> Result<(), ConfigError> {
+        self.pages.validate()?;
+        self.server.validate()?;
+        self.model.validate_engine()?;
+        self.generation.validate()?;
+        self.search.validate()?;
+        self.model.validate_limits()?;
+        Ok(())
+    }
+}
+
+/// A figment error as one line per failure, `SOURCE: KEY: WHAT`, joined with
+/// `; ` (no mention of figment).
+fn describe(e: figment::Error) -> String {
+    e.into_iter()
+        .map(|e| {
+            let source = e
+                .metadata
+                .as_ref()
+                .and_then(|m| m.source.as_ref())
+                .map(|s| format!("{s}: "))
+                .unwrap_or_default();
+            let key = e.path.join(".");
+            let key = if key.is_empty() {
+                String::new()
+            } else {
+                format!("{key}: ")
+            };
+            format!("{source}{key}{}", e.kind)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_config_equals_the_defaults() {
+        let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/seeker.toml"));
+        let config = Config::load(Some(file), []).unwrap();
+        assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn the_small_config_changes_only_the_model_and_the_profile() {
+        let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/small.toml"));
+        let config = Config::load(Some(file), []).unwrap();
+        assert_eq!(config.model.gguf, Path::new(SMALL_GGUF));
+        assert_eq!(config.model.id, "SmolLM2-135M-Instruct");
+        assert_eq!(config.policy.default, "search-r1-prefetch");
+        let mut back = config.clone();
+        back.model.gguf = DEFAULT_GGUF.into();
+        back.model.id = DEFAULT_MODEL_ID.into();
+        back.policy.default = "search-r1".into();
+        assert_eq!(back, Config::default());
+    }
+}

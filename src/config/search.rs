@@ -1,0 +1,393 @@
+//! `[search]`: [`SearchConfig`] (the built-in index, the dispatcher's
+//! deadlines, cache and document budget), [`DenseConfig`] (`[search.dense]`,
+//! the built-in `dense` and `hybrid` backends' encoder), the configured
+//! backends ([`BackendKind`], [`BackendConfig`]), their defaults
+//! ([`DEFAULT_INDEX`], [`DEFAULT_ENCODER`], [`DEFAULT_APPROXIMATE_ABOVE`]) and
+//! their checks. Used by `search::setup` (which builds the dispatcher from
+//! them), `main` (`seeker index --dense`), `eval` and the benchmarks.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigError;
+use crate::search::dense::HybridConfig;
+use crate::search::dispatch::{BackendLimits, DispatchConfig};
+use crate::search::embed::{EmbedOptions, Pooling};
+
+/// Where `scripts/fetch-defaults.sh` builds the default corpus's index, and
+/// the default of `search.index` and of every `--index` flag.
+pub const DEFAULT_INDEX: &str = "data/wiki/index";
+
+/// `[search]`: the built-in local index, the other backends, and the
+/// dispatcher's deadlines, cache and document budget.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchConfig {
+    /// Directory built by `seeker index`; served as the backend `tantivy`.
+    pub index: PathBuf,
+    /// Backend of requests that name none: `tantivy` or a key of `backends`.
+    pub default: String,
+    /// Deadline of a whole search round, milliseconds.
+    pub round_timeout_ms: u64,
+    /// Deadline of one query, retries included, milliseconds.
+    pub query_timeout_ms: u64,
+    /// Seconds a result stays in the shared cache; 0 turns the cache off.
+    pub cache_ttl_s: u64,
+    /// Result lists the shared cache holds.
+    pub cache_capacity: u64,
+    /// Bytes the shared cache may hold (queries and documents); 0 turns it off.
+    pub cache_max_bytes: u64,
+    /// Characters kept per document (title + text); 0 keeps everything.
+    pub max_document_chars: usize,
+    /// More backends by name (`[search.backends.web]`).
+    pub backends: BTreeMap<String, BackendConfig>,
+    /// The encoder of the built-in `dense` and `hybrid` backends.
+    pub dense: DenseConfig,
+    /// How `hybrid` fuses BM25 and dense.
+    pub hybrid: HybridConfig,
+}
+
+/// Where `scripts/fetch-defaults.sh` puts the default sentence encoder
+/// (all-MiniLM-L6-v2), and the default of `search.dense.model`.
+pub const DEFAULT_ENCODER: &str = "models/all-MiniLM-L6-v2";
+
+/// `[search.dense]`: the sentence encoder of the built-in `dense` and
+/// `hybrid` backends, served when `model` holds an encoder and
+/// `<search.index>/dense` was built with it (`seeker index --dense`). The
+/// optional settings override what the model's own files say
+/// ([`crate::search::embed`]).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DenseConfig {
+    /// A local Hugging Face directory (config.json, model.safetensors,
+    /// tokenizer.json); empty turns dense retrieval off.
+    pub model: PathBuf,
+    /// Passages per forward pass when `seeker index --dense` builds, and the
+    /// most concurrent queries the `dense` backend embeds in one pass.
+    pub batch_size: usize,
+    /// Corpora with more documents than this also get an approximate index
+    /// (HNSW) at `seeker index --dense`, searched instead of the exact
+    /// matrix product.
+    pub approximate_above: usize,
+    /// The graph's build parameters (`m`, `ef_construction`).
+    pub hnsw: crate::search::ann::HnswParams,
+    /// Candidates the graph search keeps (at least top-k): recall against
+    /// latency.
+    pub ef_search: usize,
+    /// Prepended to every query (e5's `"query: "`); unset = what the model's
+    /// files or family say.
+    pub query_prefix: Option<String>,
+    /// Prepended to every passage (e5's `"passage: "`); unset = what the
+    /// model's files or family say.
+    pub passage_prefix: Option<String>,
+    /// `mean` or `cls`; unset = what the model's files or family say.
+    pub pooling: Option<Pooling>,
+    /// Tokens per text, `[CLS]` and `[SEP]` included (at least 2); longer
+    /// texts are cut. Unset = the model's `max_seq_length`, else 512.
+    pub max_length: Option<usize>,
+}
+
+impl Default for DenseConfig {
+    fn default() -> Self {
+        Self {
+            model: DEFAULT_ENCODER.into(),
+            batch_size: 32,
+            approximate_above: DEFAULT_APPROXIMATE_ABOVE,
+            hnsw: crate::search::ann::HnswParams::default(),
+            ef_search: 256,
+            query_prefix: None,
+            passage_prefix: None,
+            pooling: None,
+            max_length: None,
+        }
+    }
+}
+
+/// Above this many documents `seeker index --dense` builds an HNSW graph:
+/// exact search grows linearly (one 384-d MiniLM query: ~9 ms at 50,000
+/// rows, ~170 ms at 1M on 2 cores; `bench/README.md`).
+pub const DEFAULT_APPROXIMATE_ABOVE: usize = 100_000;
+
+impl DenseConfig {
+    /// What `seeker index --dense` builds with.
+    pub fn build(&self) -> crate::search::dense::DenseBuild {
+        crate::search::dense::DenseBuild {
+            batch_size: self.batch_size,
+            approximate_above: self.approximate_above,
+            hnsw: self.hnsw,
+        }
+    }
+
+    /// The encoder overrides in `embed`'s terms.
+    pub fn options(&self) -> EmbedOptions {
+        EmbedOptions {
+            query_prefix: self.query_prefix.clone(),
+            passage_prefix: self.passage_prefix.clone(),
+            pooling: self.pooling,
+            max_length: self.max_length,
+        }
+    }
+}
+
+/// The dispatcher's own defaults ([`DispatchConfig`]), in config units.
+impl Default for SearchConfig {
+    fn default() -> Self {
+        let d = DispatchConfig::default();
+        Self {
+            index: DEFAULT_INDEX.into(),
+            default: "tantivy".into(),
+            round_timeout_ms: d.round_timeout.as_millis() as u64,
+            query_timeout_ms: d.query_timeout.as_millis() as u64,
+            cache_ttl_s: d.cache_ttl.as_secs(),
+            cache_capacity: d.cache_capacity,
+            cache_max_bytes: d.cache_max_bytes,
+            max_document_chars: d.max_document_chars,
+            backends: BTreeMap::new(),
+            dense: DenseConfig::default(),
+            hybrid: HybridConfig::default(),
+        }
+    }
+}
+
+/// What a configured backend talks to.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Another local index built by `seeker index` (`index`).
+    Tantivy,
+    /// Bing Web Search v7 shape (`url` = the search endpoint, `api_key_env`).
+    Bing,
+    /// A SearXNG or searx instance with the JSON format on (`url` = its root).
+    Searxng,
+    /// A Search-R1-style `POST /retrieve` server (`url` = the route).
+    Retriever,
+    /// A FlashRAG server as ReCall serves it (`url` = its `POST /search` route).
+    Flashrag,
+    /// R1-Searcher's retriever (`url` = its `POST /queries` route).
+    #[serde(rename = "r1-searcher")]
+    R1Searcher,
+}
+
+/// `[search.backends.NAME]`: one backend and its limits.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    /// What it talks to; decides which of `url` and `index` is required.
+    pub kind: BackendKind,
+    /// Endpoint (bing), instance root (searxng) or route (retriever).
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Index directory (tantivy).
+    #[serde(default)]
+    pub index: Option<PathBuf>,
+    /// Environment variable holding the API key (bing; default
+    /// `BING_SEARCH_KEY`). The key itself never goes in a file or a log.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Bing market (`mkt`), default `en-US`.
+    #[serde(default)]
+    pub market: Option<String>,
+    /// Calls in flight at once across all requests (default 4).
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Calls started per second across all requests; 0 = no limit (default).
+    #[serde(default)]
+    pub requests_per_second: u32,
+    /// Retries after 429, 5xx or a connection error (default 2).
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+}
+
+fn default_concurrency() -> usize {
+    BackendLimits::default().concurrency
+}
+
+fn default_retries() -> u32 {
+    BackendLimits::default().retries
+}
+
+impl SearchConfig {
+    /// Checks what the types cannot, in this order: `default` names a
+    /// backend, the deadlines are positive, `[search.dense]`,
+    /// `[search.hybrid]`, no configured backend takes the name `tantivy`,
+    /// then each backend in name order.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.default != "tantivy" && !self.backends.contains_key(&self.default) {
+            return Err(ConfigError::Invalid(format!(
+                "search.default = {:?} is neither `tantivy` nor a key of [search.backends] \
+                 (have: {})",
+                self.default,
+                self.backends.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        if self.round_timeout_ms == 0 || self.query_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "search.round_timeout_ms and search.query_timeout_ms must be at least 1".into(),
+            ));
+        }
+        self.dense.validate()?;
+        validate_hybrid(&self.hybrid)?;
+        if self.backends.contains_key("tantivy") {
+            return Err(ConfigError::Invalid(
+                "search.backends.tantivy: `tantivy` is the built-in index (set search.index); \
+                 give another local index another name"
+                    .into(),
+            ));
+        }
+        for (name, backend) in &self.backends {
+            backend.validate(name)?;
+        }
+        Ok(())
+    }
+}
+
+impl DenseConfig {
+    /// `[search.dense]`: the graph's parameters, the batch size and
+    /// `max_length` in range.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let h = &self.hnsw;
+        if !(2..=256).contains(&h.m) || h.ef_construction == 0 || self.ef_search == 0 {
+            return Err(ConfigError::Invalid(
+                "search.dense.hnsw.m must be 2 to 256, search.dense.hnsw.ef_construction and \
+                 search.dense.ef_search at least 1"
+                    .into(),
+            ));
+        }
+        if self.batch_size == 0 {
+            return Err(ConfigError::Invalid(
+                "search.dense.batch_size must be at least 1".into(),
+            ));
+        }
+        if self.max_length.is_some_and(|n| n < 2) {
+            return Err(ConfigError::Invalid(
+                "search.dense.max_length must be at least 2 ([CLS] and [SEP])".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[search.hybrid]`: finite, non-negative `rrf_k` and weights, at least one
+/// candidate.
+fn validate_hybrid(h: &HybridConfig) -> Result<(), ConfigError> {
+    if !(h.rrf_k.is_finite() && h.rrf_k >= 0.0) {
+        return Err(ConfigError::Invalid(
+            "search.hybrid.rrf_k must be a finite number, 0 or more".into(),
+        ));
+    }
+    for (key, w) in [
+        ("bm25_weight", h.bm25_weight),
+        ("dense_weight", h.dense_weight),
+    ] {
+        if !(w.is_finite() && w >= 0.0) {
+            return Err(ConfigError::Invalid(format!(
+                "search.hybrid.{key} must be a finite number, 0 or more"
+            )));
+        }
+    }
+    if h.candidates == 0 {
+        return Err(ConfigError::Invalid(
+            "search.hybrid.candidates must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl BackendConfig {
+    /// `[search.backends.NAME]`: the setting its kind needs (`index` for
+    /// tantivy, an http(s) `url` for the others), `concurrency` at least 1.
+    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("search.backends.{name}.{k}");
+        match self.kind {
+            BackendKind::Tantivy if self.index.is_none() => {
+                return Err(ConfigError::Invalid(format!(
+                    "{} is required for kind = \"tantivy\"",
+                    key("index")
+                )))
+            }
+            BackendKind::Bing
+            | BackendKind::Searxng
+            | BackendKind::Retriever
+            | BackendKind::Flashrag
+            | BackendKind::R1Searcher => {
+                let Some(url) = self.url.as_deref() else {
+                    let kind = serde_json::to_value(self.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    return Err(ConfigError::Invalid(format!(
+                        "{} is required for kind = {kind:?}",
+                        key("url"),
+                    )));
+                };
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(ConfigError::Invalid(format!(
+                        "{} must be an http:// or https:// URL, got {url:?}",
+                        key("url")
+                    )));
+                }
+            }
+            BackendKind::Tantivy => {}
+        }
+        if self.concurrency == 0 {
+            return Err(ConfigError::Invalid(format!(
+                "{} must be at least 1",
+                key("concurrency")
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn search_backends_from_a_file_and_their_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("seeker.toml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(Some(&file), [])
+        };
+        let config = load(
+            "[search]\ndefault = \"web\"\n\
+             [search.backends.web]\nkind = \"searxng\"\nurl = \"http://127.0.0.1:8888\"\n\
+             requests_per_second = 2\n\
+             [search.backends.dense]\nkind = \"retriever\"\nurl = \"http://gpu:8000/retrieve\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.search.default, "web");
+        assert_eq!(config.search.backends["web"].kind, BackendKind::Searxng);
+        assert_eq!(config.search.backends["web"].requests_per_second, 2);
+        assert_eq!(config.search.backends["dense"].concurrency, 4);
+        assert_eq!(config.search.index, SearchConfig::default().index);
+
+        for (text, needle) in [
+            ("[search]\ndefault = \"nope\"\n", "search.default"),
+            (
+                "[search.backends.web]\nkind = \"searxng\"\nurl = \"localhost:8888\"\n",
+                "search.backends.web.url",
+            ),
+            (
+                "[search.backends.tantivy]\nkind = \"tantivy\"\nindex = \"x\"\n",
+                "built-in",
+            ),
+            ("[search.backends.x]\nkind = \"google\"\n", "google"),
+            (
+                "[search.backends.x]\nkind = \"bing\"\nurl = \"http://h\"\napi_key = \"k\"\n",
+                "api_key",
+            ),
+        ] {
+            let err = load(text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{text}: {err}");
+        }
+    }
+}
