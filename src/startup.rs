@@ -88,28 +88,8 @@ pub fn app_state(
 /// Missing index or profile, bind failure, model load failure.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let state = Arc::new(app_state(&config, |var| std::env::var(var).ok())?);
-    // Fail before listening when the model file is missing, not after.
     let remote = config.model.engine == EngineKind::Remote;
-    let template_source = if remote && !config.model.tokenizer_config.as_os_str().is_empty() {
-        TemplateSource::TokenizerConfig(config.model.tokenizer_config.clone())
-    } else {
-        anyhow::ensure!(
-            config.model.gguf.is_file(),
-            "model.gguf = {} is not a file (run scripts/fetch-defaults.sh, or set \
-             SEEKER_MODEL__GGUF{})",
-            config.model.gguf.display(),
-            if remote {
-                "; the remote engine reads its chat template, or set model.tokenizer_config"
-            } else {
-                ""
-            }
-        );
-        let gguf = config.model.gguf.clone();
-        tokio::task::spawn_blocking(move || crate::engine::prepare::check_gguf(&gguf))
-            .await?
-            .map_err(|e| e.context("model.gguf is not a usable model"))?;
-        TemplateSource::Gguf(config.model.gguf.clone())
-    };
+    let template_source = template_source(&config).await?;
     // The remote engine's template is read now too: a broken one stops the
     // start here, not after the server listens.
     let remote_parts = if remote {
@@ -119,31 +99,14 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         None
     };
 
-    let listener = tokio::net::TcpListener::bind((config.server.host.as_str(), config.server.port))
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "cannot listen on {}:{}: {e}",
-                config.server.host,
-                config.server.port
-            )
-        })?;
+    let listener = bind(&config).await?;
     let addr: SocketAddr = listener.local_addr()?;
     // Caught before anyone can know the address: a signal from a supervisor
     // that saw the line below is always handled as a shutdown.
     let mut signals = Signals::new()?;
     println!("seeker listening on http://{addr}");
 
-    let mistral = MistralConfig {
-        gguf: config.model.gguf.clone(),
-        dtype: config.model.dtype,
-        max_num_seqs: config.model.max_num_seqs,
-        weights: config.model.weights,
-        prefix_cache: config.model.prefix_cache,
-        prefix_cache_mib: config.model.prefix_cache_mib,
-        naive_prefix_cache: false,
-        token_continuation: config.model.token_continuation,
-    };
+    let mistral = mistral_config(&config);
     // Three independent pieces, none polled inside another (seeker issue 12):
     // the HTTP server and the model load are tasks of their own on the
     // runtime's workers, and this function only watches them and the signals.
@@ -216,6 +179,68 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             finish_server(server, signals).await
         }
         ended = &mut server => server_result(ended),
+    }
+}
+
+/// Where the chat template comes from, checked before the server listens:
+/// the remote engine's `model.tokenizer_config` when set, otherwise the
+/// GGUF, which must be a file and a usable model (fail before listening when
+/// the model file is missing, not after).
+///
+/// # Errors
+/// A missing or unusable GGUF, with the setting to change.
+async fn template_source(config: &Config) -> anyhow::Result<TemplateSource> {
+    let remote = config.model.engine == EngineKind::Remote;
+    if remote && !config.model.tokenizer_config.as_os_str().is_empty() {
+        return Ok(TemplateSource::TokenizerConfig(
+            config.model.tokenizer_config.clone(),
+        ));
+    }
+    anyhow::ensure!(
+        config.model.gguf.is_file(),
+        "model.gguf = {} is not a file (run scripts/fetch-defaults.sh, or set \
+         SEEKER_MODEL__GGUF{})",
+        config.model.gguf.display(),
+        if remote {
+            "; the remote engine reads its chat template, or set model.tokenizer_config"
+        } else {
+            ""
+        }
+    );
+    let gguf = config.model.gguf.clone();
+    tokio::task::spawn_blocking(move || crate::engine::prepare::check_gguf(&gguf))
+        .await?
+        .map_err(|e| e.context("model.gguf is not a usable model"))?;
+    Ok(TemplateSource::Gguf(config.model.gguf.clone()))
+}
+
+/// Binds `[server] host` and `port`.
+///
+/// # Errors
+/// The address that could not be bound, and why.
+async fn bind(config: &Config) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind((config.server.host.as_str(), config.server.port))
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {}:{}: {e}",
+                config.server.host,
+                config.server.port
+            )
+        })
+}
+
+/// The embedded engine's settings from `[model]`.
+fn mistral_config(config: &Config) -> MistralConfig {
+    MistralConfig {
+        gguf: config.model.gguf.clone(),
+        dtype: config.model.dtype,
+        max_num_seqs: config.model.max_num_seqs,
+        weights: config.model.weights,
+        prefix_cache: config.model.prefix_cache,
+        prefix_cache_mib: config.model.prefix_cache_mib,
+        naive_prefix_cache: false,
+        token_continuation: config.model.token_continuation,
     }
 }
 

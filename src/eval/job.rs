@@ -241,29 +241,7 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
     dispatcher
         .check_backend(backend)
         .map_err(|message| anyhow::anyhow!(message))?;
-    let (asked, unsearched): (Vec<(&QaItem, Vec<String>)>, usize) = match &r.queries_from {
-        None => (
-            items
-                .iter()
-                .map(|i| (i, vec![i.question.clone()]))
-                .collect(),
-            0,
-        ),
-        Some(path) => {
-            let by_id = model_queries(path)?;
-            let asked: Vec<_> = items
-                .iter()
-                .filter_map(|i| {
-                    by_id
-                        .get(&i.id)
-                        .filter(|q| !q.is_empty())
-                        .map(|q| (i, q.clone()))
-                })
-                .collect();
-            let n = asked.len();
-            (asked, items.len() - n)
-        }
-    };
+    let (asked, unsearched) = to_search(r, items)?;
     anyhow::ensure!(
         !asked.is_empty(),
         "no question to search (none of the questions has model queries in the file?)"
@@ -292,25 +270,7 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
     let mut seconds = Vec::with_capacity(rounds.len());
     for ((item, queries), (secs, results)) in asked.iter().zip(rounds) {
         seconds.push(secs);
-        // The best rank over the round's queries of a document holding a
-        // gold answer, and every query's documents for the output.
-        let mut first_hit: Option<usize> = None;
-        let mut documents = Vec::with_capacity(results.len());
-        for result in results {
-            let docs = result.result.unwrap_or_else(|e| {
-                failed += 1;
-                tracing::warn!(question = %item.id, error = %e, "retrieval failed");
-                Vec::new()
-            });
-            let hit = docs
-                .iter()
-                .position(|d| contains_answer(&format!("{} {}", d.title, d.text), &item.golds));
-            first_hit = match (first_hit, hit) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            documents.push(docs.into_iter().map(|d| d.title).collect::<Vec<_>>());
-        }
+        let (first_hit, documents) = best_hit(item, results, &mut failed);
         for (i, &r) in ranks.iter().enumerate() {
             found[i] += usize::from(first_hit.is_some_and(|p| p < r));
         }
@@ -365,6 +325,69 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
         println!("wrote {}", out.display());
     }
     Ok(())
+}
+
+/// The questions to search, each with its queries (the question itself, or
+/// the model's queries read from `r.queries_from`), and how many questions
+/// were left out for having no model query.
+///
+/// # Errors
+/// A queries file that does not read or parse.
+fn to_search<'a>(
+    r: &Retrieval,
+    items: &'a [QaItem],
+) -> anyhow::Result<(Vec<(&'a QaItem, Vec<String>)>, usize)> {
+    Ok(match &r.queries_from {
+        None => (
+            items
+                .iter()
+                .map(|i| (i, vec![i.question.clone()]))
+                .collect(),
+            0,
+        ),
+        Some(path) => {
+            let by_id = model_queries(path)?;
+            let asked: Vec<_> = items
+                .iter()
+                .filter_map(|i| {
+                    by_id
+                        .get(&i.id)
+                        .filter(|q| !q.is_empty())
+                        .map(|q| (i, q.clone()))
+                })
+                .collect();
+            let n = asked.len();
+            (asked, items.len() - n)
+        }
+    })
+}
+
+/// The best rank over a round's queries of a document holding one of
+/// `item`'s gold answers (0-based), and every query's document titles for
+/// the output. A failed query counts in `failed` and finds nothing.
+fn best_hit(
+    item: &QaItem,
+    results: Vec<crate::search::dispatch::QueryResult>,
+    failed: &mut usize,
+) -> (Option<usize>, Vec<Vec<String>>) {
+    let mut first_hit: Option<usize> = None;
+    let mut documents = Vec::with_capacity(results.len());
+    for result in results {
+        let docs = result.result.unwrap_or_else(|e| {
+            *failed += 1;
+            tracing::warn!(question = %item.id, error = %e, "retrieval failed");
+            Vec::new()
+        });
+        let hit = docs
+            .iter()
+            .position(|d| contains_answer(&format!("{} {}", d.title, d.text), &item.golds));
+        first_hit = match (first_hit, hit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        documents.push(docs.into_iter().map(|d| d.title).collect::<Vec<_>>());
+    }
+    (first_hit, documents)
 }
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {

@@ -126,6 +126,59 @@ fn fields_of(schema: &Schema) -> Result<Fields, IndexError> {
     })
 }
 
+/// Where [`build_index`] writes: whether `index_dir` holds an index to
+/// replace, its absolute path, and the fresh temporary directory beside it.
+struct Target {
+    replaces_index: bool,
+    absolute: PathBuf,
+    tmp: PathBuf,
+}
+
+/// Checks `index_dir` (missing, empty, or a seeker index), removes what
+/// earlier interrupted builds left beside it and creates the temporary
+/// directory the build writes (same file system, so the final rename is
+/// atomic; named after the target).
+///
+/// # Errors
+/// [`IndexError::NotAnIndex`] for a directory with other files in it; I/O.
+fn build_target(index_dir: &Path) -> Result<Target, IndexError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |error| IndexError::Io { path, error }
+    };
+    let replaces_index = match std::fs::read_dir(index_dir) {
+        Ok(mut entries) => {
+            if index_dir.join(MANIFEST_FILE).is_file() {
+                true
+            } else if entries.next().is_none() {
+                false
+            } else {
+                return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) if index_dir.exists() => return Err(io(index_dir)(e)),
+        Err(_) => false,
+    };
+    let absolute = std::path::absolute(index_dir).map_err(io(index_dir))?;
+    let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
+        return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
+    };
+    let tmp_prefix = format!(".{}.tmp-", name.to_string_lossy());
+    // What an earlier build stopped by a signal (or killed) left behind.
+    crate::tempfiles::remove_stale(parent, &tmp_prefix);
+    let tmp = parent.join(format!("{tmp_prefix}{}", std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    Ok(Target {
+        replaces_index,
+        absolute,
+        tmp,
+    })
+}
+
 /// Builds a BM25 index of the JSONL `corpus` into `index_dir`, merged into one
 /// segment. The index is built in a sibling temporary directory and moved into
 /// place at the end, replacing an index already there; an interrupted run
@@ -147,34 +200,11 @@ pub fn build_index(
         move |error| IndexError::Io { path, error }
     };
     let file = File::open(corpus).map_err(io(corpus))?;
-    let replaces_index = match std::fs::read_dir(index_dir) {
-        Ok(mut entries) => {
-            if index_dir.join(MANIFEST_FILE).is_file() {
-                true
-            } else if entries.next().is_none() {
-                false
-            } else {
-                return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) if index_dir.exists() => return Err(io(index_dir)(e)),
-        Err(_) => false,
-    };
-    // The temporary directory sits next to the target (same file system, so the
-    // final rename is atomic), named after it.
-    let absolute = std::path::absolute(index_dir).map_err(io(index_dir))?;
-    let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
-        return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
-    };
-    let tmp_prefix = format!(".{}.tmp-", name.to_string_lossy());
-    // What an earlier build stopped by a signal (or killed) left behind.
-    crate::tempfiles::remove_stale(parent, &tmp_prefix);
-    let tmp = parent.join(format!("{tmp_prefix}{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    let Target {
+        replaces_index,
+        absolute,
+        tmp,
+    } = build_target(index_dir)?;
 
     let (schema, f) = schema();
     let index = Index::create_in_dir(&tmp, schema)?;
