@@ -327,16 +327,16 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Questions with the queries to search for each.
+type Asked<'a> = Vec<(&'a QaItem, Vec<String>)>;
+
 /// The questions to search, each with its queries (the question itself, or
 /// the model's queries read from `r.queries_from`), and how many questions
 /// were left out for having no model query.
 ///
 /// # Errors
 /// A queries file that does not read or parse.
-fn to_search<'a>(
-    r: &Retrieval,
-    items: &'a [QaItem],
-) -> anyhow::Result<(Vec<(&'a QaItem, Vec<String>)>, usize)> {
+fn to_search<'a>(r: &Retrieval, items: &'a [QaItem]) -> anyhow::Result<(Asked<'a>, usize)> {
     Ok(match &r.queries_from {
         None => (
             items
