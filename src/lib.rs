@@ -42,7 +42,8 @@
 //!   splice, chat templates' `tojson`, DeepResearcher's tool results).
 //! - [`engine`]: the [`engine::Engine`] trait; `chat_template` (the model's
 //!   template, rendered by seeker for every engine); the embedded mistral.rs
-//!   engine (`mistral`, with `prepare` for weight copies, `reuse` for prefix
+//!   engine (`mistral`: `load`, `reuse_state`, `stream`, `probe`; with
+//!   `prepare` for weight copies, `reuse` for prefix
 //!   reuse and its sentinel, `continued` for rounds continued by token ids,
 //!   `vocab` for the GGUF's vocabulary); `remote` (inference servers:
 //!   replicas, failover, `wire` for their streams, `tokens` for rounds as
@@ -50,8 +51,8 @@
 //!   (a replaying engine for tests).
 //! - [`search`]: the [`search::SearchBackend`] trait; `dispatch` (every query of
 //!   a round at once: limits, retries, shared cache), `bm25` (the local tantivy
-//!   index), `dense` (dense and hybrid retrieval, with `embed` for the encoder
-//!   and `ann` for the HNSW index), `web` (Bing v7 shape, SearXNG), the
+//!   index), `dense` (dense retrieval, with `embed` for the encoder and `ann`
+//!   for the HNSW index), `hybrid` (BM25 and dense fused by rank), `web` (Bing v7 shape, SearXNG), the
 //!   retriever protocols `retriever` (Search-R1 `/retrieve`), `flashrag`
 //!   (`/search`, `/batch_search`) and `r1searcher` (`/queries`), `clean`
 //!   (snippet clean-up), `setup` (from config).
@@ -59,7 +60,8 @@
 //!   every resolved address) and `reader` (fetch, readable text, cache; corpus
 //!   documents by id or title).
 //! - [`metrics`]: every Prometheus metric, one registry per server.
-//! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags).
+//! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags),
+//!   one file per section, each checking itself; `env` for `SEEKER_*`.
 //! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1 and
 //!   retrieval recall (`metrics`), the run itself (`job`).
 //! - [`tempfiles`]: removal of temporary files that stopped processes left.
