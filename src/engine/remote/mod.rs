@@ -172,10 +172,42 @@ struct Health {
     down_until: Option<Instant>,
 }
 
+/// Why a replica counts as failed: the `kind` label of
+/// `seeker_engine_errors_total` and the `kind` field of the "marked down"
+/// warning ([`FailureKind::label`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FailureKind {
+    /// The replica could not be reached: a refused or failed connection, no
+    /// answer to `GET /v1/models` at start, or a failed readiness probe.
+    Connection,
+    /// The replica answered with an error status: 5xx, 408 or 429 (a
+    /// replica failure), or a 4xx that is the request's fault and no context
+    /// overflow (counted, the replica not marked down).
+    Status,
+    /// The stream broke: a read error, malformed SSE or JSON, or an end
+    /// (`[DONE]` or the connection closing) without a finish reason.
+    Stream,
+    /// The replica stayed silent past the read timeout, before its response
+    /// headers or between two chunks.
+    Timeout,
+}
+
+impl FailureKind {
+    /// The label: `connection`, `status`, `stream` or `timeout`.
+    fn label(self) -> &'static str {
+        match self {
+            Self::Connection => "connection",
+            Self::Status => "status",
+            Self::Stream => "stream",
+            Self::Timeout => "timeout",
+        }
+    }
+}
+
 /// Why one request to one replica did not start a stream.
 enum Refusal {
     /// The replica failed: try another.
-    Replica { kind: &'static str, message: String },
+    Replica { kind: FailureKind, message: String },
     /// The request itself is refused (the same on every replica).
     Request(EngineError),
 }
@@ -307,7 +339,11 @@ impl RemoteEngine {
         });
         for i in 0..inner.replicas.len() {
             if !answering.contains(&i) {
-                inner.mark_down(i, "connection", "not answering GET /v1/models at start");
+                inner.mark_down(
+                    i,
+                    FailureKind::Connection,
+                    "not answering GET /v1/models at start",
+                );
             }
         }
         inner.metrics.engine_replicas_up.set(inner.up_count());
@@ -387,11 +423,11 @@ impl Inner {
             .count() as i64
     }
 
-    fn mark_down(&self, i: usize, kind: &'static str, message: &str) {
+    fn mark_down(&self, i: usize, kind: FailureKind, message: &str) {
         let replica = self.replica(i);
         self.metrics
             .engine_errors
-            .with_label_values(&[replica.url.as_str(), kind])
+            .with_label_values(&[replica.url.as_str(), kind.label()])
             .inc();
         let backoff = {
             let mut h = replica.health.lock().expect("health lock");
@@ -402,7 +438,7 @@ impl Inner {
         };
         tracing::warn!(
             replica = %replica.url,
-            kind,
+            kind = kind.label(),
             error = %message,
             backoff_s = backoff.as_secs(),
             "engine replica failed; marked down"
@@ -438,7 +474,11 @@ impl Inner {
                     true
                 }
                 Err(why) => {
-                    self.mark_down(i, "connection", &format!("readiness probe failed: {why}"));
+                    self.mark_down(
+                        i,
+                        FailureKind::Connection,
+                        &format!("readiness probe failed: {why}"),
+                    );
                     false
                 }
             },
@@ -631,13 +671,13 @@ impl Inner {
         let response = match tokio::time::timeout(self.read_timeout, request.send()).await {
             Err(_) => {
                 return Err(Refusal::Replica {
-                    kind: "timeout",
+                    kind: FailureKind::Timeout,
                     message: format!("no response within {:?}", self.read_timeout),
                 })
             }
             Ok(Err(e)) => {
                 return Err(Refusal::Replica {
-                    kind: "connection",
+                    kind: FailureKind::Connection,
                     message: e.to_string(),
                 })
             }
@@ -654,7 +694,7 @@ impl Inner {
             || status == reqwest::StatusCode::TOO_MANY_REQUESTS
         {
             return Err(Refusal::Replica {
-                kind: "status",
+                kind: FailureKind::Status,
                 message,
             });
         }
@@ -667,7 +707,7 @@ impl Inner {
         }
         self.metrics
             .engine_errors
-            .with_label_values(&[replica.url.as_str(), "status"])
+            .with_label_values(&[replica.url.as_str(), FailureKind::Status.label()])
             .inc();
         Err(Refusal::Request(EngineError::Internal(format!(
             "the remote engine at {} refused the request: {message}",
@@ -773,7 +813,7 @@ enum StreamEnd {
     /// The consumer left.
     Cancelled,
     /// The replica failed mid-stream: re-run elsewhere.
-    Failed { kind: &'static str, message: String },
+    Failed { kind: FailureKind, message: String },
 }
 
 impl Inner {
@@ -822,19 +862,19 @@ impl Inner {
             let bytes = match next {
                 Err(_) => {
                     return StreamEnd::Failed {
-                        kind: "timeout",
+                        kind: FailureKind::Timeout,
                         message: format!("silent for {:?}", self.read_timeout),
                     }
                 }
                 Ok(None) => {
                     return StreamEnd::Failed {
-                        kind: "stream",
+                        kind: FailureKind::Stream,
                         message: "the stream ended without a finish reason".into(),
                     }
                 }
                 Ok(Some(Err(e))) => {
                     return StreamEnd::Failed {
-                        kind: "stream",
+                        kind: FailureKind::Stream,
                         message: e.to_string(),
                     }
                 }
@@ -844,7 +884,7 @@ impl Inner {
                 Ok(p) => p,
                 Err(message) => {
                     return StreamEnd::Failed {
-                        kind: "stream",
+                        kind: FailureKind::Stream,
                         message,
                     }
                 }
@@ -853,7 +893,7 @@ impl Inner {
                 if data.trim() == "[DONE]" {
                     // A stream that ends without a finish reason ended badly.
                     return StreamEnd::Failed {
-                        kind: "stream",
+                        kind: FailureKind::Stream,
                         message: "[DONE] without a finish reason".into(),
                     };
                 }
@@ -861,7 +901,7 @@ impl Inner {
                     Ok(c) => c,
                     Err(message) => {
                         return StreamEnd::Failed {
-                            kind: "stream",
+                            kind: FailureKind::Stream,
                             message,
                         }
                     }
