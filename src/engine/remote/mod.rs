@@ -45,6 +45,11 @@ use super::{ChatTurn, Engine, EngineError, Generation, GenerationParams};
 use crate::metrics::Metrics;
 use crate::secret::Secret;
 
+/// The `tracing` target of the events of `pool.rs` and `request.rs`: this
+/// module's path, as before they were split out of it, so log lines and
+/// filters stay the same.
+const LOG_TARGET: &str = module_path!();
+
 /// How to reach the servers.
 #[derive(Clone, Debug)]
 pub struct RemoteConfig {

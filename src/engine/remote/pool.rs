@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::Inner;
+use super::{Inner, LOG_TARGET};
 
 /// Longest time a replica stays marked down before it is probed again.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -196,6 +196,7 @@ impl Inner {
             backoff
         };
         tracing::warn!(
+            target: LOG_TARGET,
             replica = %replica.url,
             kind = kind.label(),
             error = %message,

@@ -32,7 +32,7 @@ use super::pool::FailureKind;
 use super::stream::{Events, Progress, StreamEnd};
 use super::tokens;
 use super::wire::context_overflow;
-use super::Inner;
+use super::{Inner, LOG_TARGET};
 use crate::engine::{EngineError, EngineEvent, EngineFinish, GenerationParams};
 
 /// Error bodies read at most (they go to the log).
@@ -279,6 +279,7 @@ impl Inner {
                     {
                         Ok((next, next_response, _)) => {
                             tracing::info!(
+                                target: LOG_TARGET,
                                 from = %self.replica(replica).url,
                                 to = %self.replica(next).url,
                                 tokens_so_far = progress.tokens,
