@@ -20,8 +20,9 @@
 //!   state, listener, the engine (embedded, loaded in the background, or
 //!   remote); signals. [`logging`]: the binary's log setup.
 //! - [`server`]: the HTTP surface (axum), one file per step: `listen`
-//!   (connections) → `ops` (keys, limits, per-route metrics) → `json` (the
-//!   body) → `validate` → `chat` / `retrieve` → `render` (chunks, responses);
+//!   (connections, `idle` their deadline) → `ops` (keys, limits, per-route
+//!   metrics) → `json` (the body) → `validate` → `chat` / `retrieve` →
+//!   `render` (chunks, responses);
 //!   `responses` (the Responses API over the same rollout), `mcp` (the MCP
 //!   server), `citations` (`url_citation`s of an answer), `observe`
 //!   (per-request metrics from a rollout's events), `headers` (security
@@ -46,7 +47,8 @@
 //!   `prepare` for weight copies, `reuse` for prefix
 //!   reuse and its sentinel, `continued` for rounds continued by token ids,
 //!   `vocab` for the GGUF's vocabulary); `remote` (inference servers:
-//!   replicas, failover, `wire` for their streams, `tokens` for rounds as
+//!   `pool` for replicas and their health, `request` for requests and
+//!   failover, `stream` and `wire` for their streams, `tokens` for rounds as
 //!   token ids); `gate` (engine slots, oldest rollout first) and `scripted`
 //!   (a replaying engine for tests).
 //! - [`search`]: the [`search::SearchBackend`] trait; `dispatch` (every query of
@@ -61,7 +63,8 @@
 //!   documents by id or title).
 //! - [`metrics`]: every Prometheus metric, one registry per server.
 //! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags),
-//!   one file per section, each checking itself; `env` for `SEEKER_*`.
+//!   one file per section (`server`, `model`, `search`, `pages`, `policy`),
+//!   each checking itself; `env` for `SEEKER_*`.
 //! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1 and
 //!   retrieval recall (`metrics`), the run itself (`job`).
 //! - [`tempfiles`]: removal of temporary files that stopped processes left.
@@ -87,3 +90,66 @@ pub mod startup;
 pub mod tempfiles;
 pub mod template;
 pub mod toolcall;
+
+#[cfg(test)]
+mod layout {
+    //! The README's Layout section and this file's Layout name every source
+    //! file, so that a newcomer finds the file for each step from them.
+
+    use std::path::{Path, PathBuf};
+
+    fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src/ reads") {
+            let path = entry.expect("entry reads").path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn readme_and_lib_docs_name_every_source_file() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md reads");
+        let start = readme
+            .find("\n## Layout")
+            .expect("README has a Layout section");
+        let section = &readme[start + 1..];
+        let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        let docs: String = include_str!("lib.rs")
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut files = Vec::new();
+        sources(&root.join("src"), &mut files);
+        let mut missing = Vec::new();
+        for file in &files {
+            let rel = file.strip_prefix(root.join("src")).expect("under src/");
+            let name = rel.file_name().unwrap().to_string_lossy().into_owned();
+            // A directory's `mod.rs` is named by the directory.
+            let (in_readme, module) = match name.as_str() {
+                "mod.rs" => {
+                    let dir = rel.parent().unwrap().file_name().unwrap().to_string_lossy();
+                    (format!("{dir}/"), dir.into_owned())
+                }
+                _ => (name.clone(), name.trim_end_matches(".rs").to_string()),
+            };
+            if !section.contains(&in_readme) {
+                missing.push(format!(
+                    "README Layout lacks {} ({in_readme})",
+                    rel.display()
+                ));
+            }
+            if name != "lib.rs" && !docs.contains(&format!("`{module}`")) {
+                missing.push(format!(
+                    "lib.rs Layout lacks {} (`{module}`)",
+                    rel.display()
+                ));
+            }
+        }
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+}
