@@ -53,7 +53,7 @@
 //!   (a replaying engine for tests).
 //! - [`search`]: the [`search::SearchBackend`] trait; `dispatch` (every query of
 //!   a round at once: limits, retries, shared cache), `bm25` (the local tantivy
-//!   index), `dense` (dense retrieval, with `embed` for the encoder and `ann`
+//!   index; `build` builds it), `dense` (dense retrieval, with `embed` for the encoder and `ann`
 //!   for the HNSW index), `hybrid` (BM25 and dense fused by rank), `web` (Bing v7 shape, SearXNG), the
 //!   retriever protocols `retriever` (Search-R1 `/retrieve`), `flashrag`
 //!   (`/search`, `/batch_search`) and `r1searcher` (`/queries`), `clean`

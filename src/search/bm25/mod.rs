@@ -9,17 +9,15 @@
 //! quotes, colons, dashes and parentheses would make it fail or silently drop
 //! words. A query is the analyzer's tokens of the text, each a `TermQuery` on
 //! `title` and on `text`, all `Should`: any string gives results or an empty list.
+//!
+//! Files: this one opens and searches an index; `build.rs` builds one.
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use tantivy::collector::TopDocs;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
@@ -29,6 +27,9 @@ use tantivy::tokenizer::TokenStream;
 use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
 use super::{Document, SearchBackend, SearchError};
+
+mod build;
+pub use build::{build_index, sha256_file};
 
 /// File written next to the index describing what it was built from.
 pub const MANIFEST_FILE: &str = "seeker-index.json";
@@ -82,15 +83,6 @@ pub struct IndexStats {
     pub seconds: f64,
 }
 
-#[derive(Deserialize)]
-struct CorpusRecord {
-    id: String,
-    title: String,
-    text: String,
-    #[serde(default)]
-    url: Option<String>,
-}
-
 #[derive(Clone, Copy)]
 struct Fields {
     id: Field,
@@ -124,177 +116,6 @@ fn fields_of(schema: &Schema) -> Result<Fields, IndexError> {
         text: schema.get_field("text")?,
         url: schema.get_field("url")?,
     })
-}
-
-/// Where [`build_index`] writes: whether `index_dir` holds an index to
-/// replace, its absolute path, and the fresh temporary directory beside it.
-struct Target {
-    replaces_index: bool,
-    absolute: PathBuf,
-    tmp: PathBuf,
-}
-
-/// Checks `index_dir` (missing, empty, or a seeker index), removes what
-/// earlier interrupted builds left beside it and creates the temporary
-/// directory the build writes (same file system, so the final rename is
-/// atomic; named after the target).
-///
-/// # Errors
-/// [`IndexError::NotAnIndex`] for a directory with other files in it; I/O.
-fn build_target(index_dir: &Path) -> Result<Target, IndexError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |error| IndexError::Io { path, error }
-    };
-    let replaces_index = match std::fs::read_dir(index_dir) {
-        Ok(mut entries) => {
-            if index_dir.join(MANIFEST_FILE).is_file() {
-                true
-            } else if entries.next().is_none() {
-                false
-            } else {
-                return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) if index_dir.exists() => return Err(io(index_dir)(e)),
-        Err(_) => false,
-    };
-    let absolute = std::path::absolute(index_dir).map_err(io(index_dir))?;
-    let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
-        return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
-    };
-    let tmp_prefix = format!(".{}.tmp-", name.to_string_lossy());
-    // What an earlier build stopped by a signal (or killed) left behind.
-    crate::tempfiles::remove_stale(parent, &tmp_prefix);
-    let tmp = parent.join(format!("{tmp_prefix}{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    Ok(Target {
-        replaces_index,
-        absolute,
-        tmp,
-    })
-}
-
-/// Builds a BM25 index of the JSONL `corpus` into `index_dir`, merged into one
-/// segment. The index is built in a sibling temporary directory and moved into
-/// place at the end, replacing an index already there; an interrupted run
-/// leaves the old index intact. A directory that exists, is not empty and holds
-/// no seeker index is never touched.
-///
-/// `on_progress(bytes_read)` is called every few hundred documents.
-///
-/// # Errors
-/// I/O errors, a malformed corpus line (with its line number), tantivy errors.
-pub fn build_index(
-    corpus: &Path,
-    index_dir: &Path,
-    mut on_progress: impl FnMut(u64),
-) -> Result<IndexStats, IndexError> {
-    let started = Instant::now();
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |error| IndexError::Io { path, error }
-    };
-    let file = File::open(corpus).map_err(io(corpus))?;
-    let Target {
-        replaces_index,
-        absolute,
-        tmp,
-    } = build_target(index_dir)?;
-
-    let (schema, f) = schema();
-    let index = Index::create_in_dir(&tmp, schema)?;
-    let mut writer = index.writer::<TantivyDocument>(256 * 1024 * 1024)?;
-    let mut reader = BufReader::new(file);
-    let mut hasher = Sha256::new();
-    let mut line = Vec::new();
-    let (mut documents, mut bytes, mut line_no) = (0u64, 0u64, 0u64);
-    loop {
-        line.clear();
-        let n = reader.read_until(b'\n', &mut line).map_err(io(corpus))?;
-        if n == 0 {
-            break;
-        }
-        line_no += 1;
-        bytes += n as u64;
-        hasher.update(&line);
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let rec: CorpusRecord =
-            serde_json::from_slice(&line).map_err(|e| IndexError::BadRecord {
-                path: corpus.to_path_buf(),
-                line: line_no,
-                message: e.to_string(),
-            })?;
-        let mut doc = TantivyDocument::default();
-        doc.add_text(f.id, &rec.id);
-        doc.add_text(f.title, &rec.title);
-        doc.add_text(f.text, &rec.text);
-        if let Some(url) = &rec.url {
-            doc.add_text(f.url, url);
-        }
-        writer.add_document(doc)?;
-        documents += 1;
-        if documents % 256 == 0 {
-            on_progress(bytes);
-        }
-    }
-    on_progress(bytes);
-    writer.commit()?;
-    let segments = index.searchable_segment_ids()?;
-    if segments.len() > 1 {
-        writer.merge(&segments).wait()?;
-    }
-    writer.wait_merging_threads()?;
-    let writer = index.writer::<TantivyDocument>(16 * 1024 * 1024)?;
-    writer.garbage_collect_files().wait()?;
-    drop(writer);
-
-    let manifest = Manifest {
-        format: INDEX_FORMAT,
-        corpus: corpus.display().to_string(),
-        corpus_sha256: format!("{:x}", hasher.finalize()),
-        documents,
-        bytes,
-    };
-    let manifest_path = tmp.join(MANIFEST_FILE);
-    let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
-    std::fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
-    if replaces_index {
-        std::fs::remove_dir_all(index_dir).map_err(io(index_dir))?;
-    } else if index_dir.exists() {
-        // Empty (checked above).
-        std::fs::remove_dir(index_dir).map_err(io(index_dir))?;
-    }
-    std::fs::rename(&tmp, &absolute).map_err(io(index_dir))?;
-    Ok(IndexStats {
-        documents,
-        bytes,
-        seconds: started.elapsed().as_secs_f64(),
-    })
-}
-
-/// sha256 of a file, hex.
-///
-/// # Errors
-/// I/O errors reading `path`.
-pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(format!("{:x}", hasher.finalize()))
 }
 
 /// An open index, shared by all requests (one `IndexReader`).
