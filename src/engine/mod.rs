@@ -5,8 +5,10 @@
 //! pieces. The search loop re-sends the whole transcript each round, as the
 //! reference implementations do (Search-R1 `infer.py` re-encodes the string).
 //!
-//! Implementations: [`mistral::MistralEngine`] (mistral.rs, embedded) and
-//! [`scripted::ScriptedEngine`] (replays given text, for tests);
+//! Implementations: [`mistral::MistralEngine`] (mistral.rs, embedded),
+//! [`remote::RemoteEngine`] (inference servers) and `scripted::ScriptedEngine`
+//! (replays given text; with the `testing` feature only, which the tests,
+//! examples and benches turn on);
 //! [`gate::Gated`] puts any engine behind a first-come, first-served gate.
 //! Dropping the receiver returned by [`Engine::generate`] cancels generation.
 
@@ -17,6 +19,7 @@ pub mod mistral;
 pub mod prepare;
 pub mod remote;
 pub mod reuse;
+#[cfg(any(test, feature = "testing"))]
 pub mod scripted;
 pub mod vocab;
 

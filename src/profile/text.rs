@@ -315,6 +315,7 @@ impl Profile {
 
     /// The text spliced after a search call for its queries' outcomes, byte
     /// for byte in the policy's trained format (`splice.block` with `{docs}`).
+    #[cfg(any(test, feature = "testing"))]
     pub fn render_splice(&self, results: &[(&str, QueryOutcome<'_>)]) -> String {
         self.render_splice_defusing(results, &[])
     }

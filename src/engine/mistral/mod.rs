@@ -43,6 +43,7 @@
 //! holds the configuration, the engine and its [`Engine`] impl.
 
 mod load;
+#[cfg(any(test, feature = "testing"))]
 mod probe;
 mod reuse_state;
 mod stream;
@@ -128,22 +129,26 @@ impl MistralEngine {
     }
 
     /// KV bytes seeker counts in the prefix cache (0 when reuse is off).
+    #[cfg(any(test, feature = "testing"))]
     pub fn prefix_cache_bytes(&self) -> usize {
         self.reuse.as_ref().map_or(0, |r| r.bytes())
     }
 
     /// The texts of the `(stop, mark)` sentinels when reuse is on.
+    #[cfg(any(test, feature = "testing"))]
     pub fn sentinel_texts(&self) -> Option<(String, String)> {
         self.reuse.as_ref().map(|r| r.sentinel_texts())
     }
 
     /// Times the prefix cache was emptied (the one at startup included).
+    #[cfg(any(test, feature = "testing"))]
     pub fn prefix_cache_flushes(&self) -> usize {
         self.reuse.as_ref().map_or(0, |r| r.flushes())
     }
 
     /// Sequences mistral.rs found a prefix-cache match for since the engine
     /// was built (its own counter, `IntervalLogger::prefix_cache_stats`).
+    #[cfg(any(test, feature = "testing"))]
     pub fn prefix_cache_hits(&self) -> usize {
         self.model
             .inner()

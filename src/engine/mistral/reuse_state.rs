@@ -174,16 +174,19 @@ impl Reuse {
     }
 
     /// KV bytes seeker counts in the cache.
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn bytes(&self) -> usize {
         self.tracker.lock().expect("tracker lock").bytes()
     }
 
     /// Times the cache was emptied.
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn flushes(&self) -> usize {
         self.flushes.load(Ordering::SeqCst)
     }
 
     /// The texts of the `(stop, mark)` sentinels.
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn sentinel_texts(&self) -> (String, String) {
         (self.sentinels.stop.1.clone(), self.sentinels.mark.1.clone())
     }
