@@ -1,7 +1,8 @@
 //! `POST /v1/responses`: OpenAI's Responses API over the same rollout as
 //! chat completions. The request becomes a chat request ([`to_chat`], in
-//! `convert`; its input items are read in `input`) and goes through the same validation, deadline and shutdown handling
-//! ([`super::chat`]); [`render::ResponseWriter`] turns the rollout's events
+//! `convert`; its input items are read in `input`) and goes through the
+//! same validation, deadline and shutdown handling ([`super::chat`]);
+//! [`render::ResponseWriter`] turns the rollout's events
 //! into output items (`reasoning`, one `web_search_call` per search round or
 //! page read, the answer's `message` with `url_citation` annotations) and,
 //! streamed, into the documented event sequence.
