@@ -60,57 +60,25 @@ fn require_utf8(body: &[u8]) -> Result<(), ApiError> {
     })
 }
 
+/// A JSON object begins with this byte (after any whitespace).
+const OBJECT_START: u8 = b'{';
+
 /// Parses a JSON object body into `T`, naming the field at fault in the error.
+///
+/// # Errors
+/// An `invalid_json` 400 for a body that is not UTF-8, not one JSON object,
+/// or has text after it; otherwise the 400 of [`field_error`].
 pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     require_utf8(body)?;
     // serde would also accept a struct written as an array.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&OBJECT_START) {
         return Err(ApiError::new(
             ErrorCode::InvalidJson,
             "the request body must be a JSON object",
         ));
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    let request = serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let message = inner.to_string();
-        // serde names a missing top-level field only in its message.
-        if let Some(field) = message
-            .strip_prefix("missing field `")
-            .and_then(|rest| rest.split('`').next())
-        {
-            let param = if path == "." {
-                field.to_string()
-            } else {
-                format!("{path}.{field}")
-            };
-            return ApiError::invalid_field(&param, format!("{param} is required"));
-        }
-        let malformed = inner.is_syntax() || inner.is_eof();
-        if path == "." || malformed && !is_json(body) {
-            ApiError::new(
-                ErrorCode::InvalidJson,
-                format!("the request body is not a valid JSON object: {inner}"),
-            )
-        } else if malformed && (message.contains("surrogate") || message.contains("hex escape")) {
-            // `"\ud800"`: an escape that is no Unicode character (serde_json:
-            // "unexpected end of hex escape", "lone leading surrogate …").
-            ApiError::invalid_field(
-                &path,
-                format!("{path}: is not valid Unicode text ({message})"),
-            )
-        } else if malformed {
-            // serde_json reports a number or array where an enum's string
-            // belongs (`"role": 5`) as a syntax error ("expected value").
-            ApiError::invalid_field(&path, format!("{path}: has the wrong type"))
-        } else {
-            ApiError::invalid_field(
-                &path,
-                format!("{path}: {}", plain_serde_message(&path, &message)),
-            )
-        }
-    })?;
+    let request = serde_path_to_error::deserialize(&mut de).map_err(|e| field_error(e, body))?;
     // Nothing but whitespace may follow the object.
     de.end().map_err(|e| {
         ApiError::new(
@@ -119,6 +87,52 @@ pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         )
     })?;
     Ok(request)
+}
+
+/// The 400 for a body serde could not read as `T`: a missing field is
+/// `required`, a syntax error in an otherwise readable place names its field
+/// (bad Unicode escapes and wrong types told apart), a body that is not JSON
+/// at all is `invalid_json`, and any other error names the field with
+/// serde's message in JSON terms ([`plain_serde_message`]).
+fn field_error(e: serde_path_to_error::Error<serde_json::Error>, body: &[u8]) -> ApiError {
+    let path = e.path().to_string();
+    let inner = e.into_inner();
+    let message = inner.to_string();
+    // serde names a missing top-level field only in its message.
+    if let Some(field) = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        let param = if path == "." {
+            field.to_string()
+        } else {
+            format!("{path}.{field}")
+        };
+        return ApiError::invalid_field(&param, format!("{param} is required"));
+    }
+    let malformed = inner.is_syntax() || inner.is_eof();
+    if path == "." || malformed && !is_json(body) {
+        ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the request body is not a valid JSON object: {inner}"),
+        )
+    } else if malformed && (message.contains("surrogate") || message.contains("hex escape")) {
+        // `"\ud800"`: an escape that is no Unicode character (serde_json:
+        // "unexpected end of hex escape", "lone leading surrogate …").
+        ApiError::invalid_field(
+            &path,
+            format!("{path}: is not valid Unicode text ({message})"),
+        )
+    } else if malformed {
+        // serde_json reports a number or array where an enum's string
+        // belongs (`"role": 5`) as a syntax error ("expected value").
+        ApiError::invalid_field(&path, format!("{path}: has the wrong type"))
+    } else {
+        ApiError::invalid_field(
+            &path,
+            format!("{path}: {}", plain_serde_message(&path, &message)),
+        )
+    }
 }
 
 /// Whether `body` is well-formed JSON, whatever its shape.

@@ -63,75 +63,18 @@ const INDEX_HTML: &str = include_str!("../../static/index.html");
 /// The `x-request-id` header.
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The router, without a listener (tests call it directly).
+/// The router, without a listener (tests call it directly): the routes of
+/// each area merged, JSON fallbacks for unknown routes and methods, then the
+/// API key check, request tracking, CORS, security headers, request ids
+/// and the request log, in that order from the inside out.
 pub fn app(state: Arc<AppState>) -> Router {
-    let body_limit = DefaultBodyLimit::max(state.ops.max_body_bytes);
-    let limited = middleware::from_fn_with_state(Arc::clone(&state), ops::limit);
     let router = Router::new()
-        .route("/", get(|| async { Html(INDEX_HTML) }))
-        // No icon: a 204 instead of a 404 (or a 401 when keys are set) in
-        // every browser's log.
-        .route(
-            "/favicon.ico",
-            get(|| async { axum::http::StatusCode::NO_CONTENT }),
-        )
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/v1/models", get(models))
-        .route("/v1/models/{id}", get(model))
-        .route(
-            "/v1/chat/completions",
-            post(chat::chat_completions)
-                .layer(body_limit)
-                .layer(limited.clone()),
-        )
-        .route(
-            "/v1/responses",
-            post(responses::create_response)
-                .layer(body_limit)
-                .layer(limited.clone()),
-        )
-        .route(
-            "/retrieve",
-            post(retrieve::retrieve)
-                .layer(body_limit)
-                .layer(limited.clone()),
-        )
-        .route(
-            "/search",
-            post(retrieve::search)
-                .layer(body_limit)
-                .layer(limited.clone()),
-        )
-        .route(
-            "/batch_search",
-            post(retrieve::batch_search)
-                .layer(body_limit)
-                .layer(limited.clone()),
-        )
-        .route(
-            "/queries",
-            post(retrieve::queries)
-                .layer(body_limit)
-                .layer(limited.clone()),
-        )
-        .merge(
-            // The host check runs first, then the concurrency limit.
-            Router::new()
-                .route_service("/mcp", mcp::service(Arc::clone(&state)))
-                .layer(limited)
-                .layer(middleware::from_fn_with_state(
-                    Arc::clone(&state),
-                    mcp::guard,
-                )),
-        )
-        .merge(
-            // No validator badge: Swagger UI would load an image from
-            // validator.swagger.io, which the page's CSP (rightly) refuses.
-            utoipa_swagger_ui::SwaggerUi::new("/docs")
-                .url("/openapi.json", api_doc::ApiDoc::openapi())
-                .config(utoipa_swagger_ui::Config::from("/openapi.json").validator_url("none")),
-        )
+        .merge(page_routes())
+        .merge(ops_routes())
+        .merge(openai_routes(&state))
+        .merge(retrieval_routes(&state))
+        .merge(mcp_routes(&state))
+        .merge(docs_routes())
         .fallback(|| async {
             ApiError::new(
                 ErrorCode::UnknownRoute,
@@ -162,6 +105,108 @@ pub fn app(state: Arc<AppState>) -> Router {
     } else {
         router
     };
+    with_request_log(router).with_state(state)
+}
+
+/// `GET /` (the web UI) and `GET /favicon.ico` (a 204).
+fn page_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/", get(|| async { Html(INDEX_HTML) }))
+        // No icon: a 204 instead of a 404 (or a 401 when keys are set) in
+        // every browser's log.
+        .route(
+            "/favicon.ico",
+            get(|| async { axum::http::StatusCode::NO_CONTENT }),
+        )
+}
+
+/// `GET /health` and `GET /metrics`.
+fn ops_routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+}
+
+/// The OpenAI routes: `GET /v1/models`, `GET /v1/models/{id}`, and `POST
+/// /v1/chat/completions` and `POST /v1/responses` under the body limit and
+/// the concurrency limit.
+fn openai_routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
+    let body_limit = DefaultBodyLimit::max(state.ops.max_body_bytes);
+    let limited = middleware::from_fn_with_state(Arc::clone(state), ops::limit);
+    Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(model))
+        .route(
+            "/v1/chat/completions",
+            post(chat::chat_completions)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
+        .route(
+            "/v1/responses",
+            post(responses::create_response)
+                .layer(body_limit)
+                .layer(limited),
+        )
+}
+
+/// The retriever protocols ([`retrieve`]): `POST /retrieve`, `/search`,
+/// `/batch_search` and `/queries`, under the body limit and the concurrency
+/// limit.
+fn retrieval_routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
+    let body_limit = DefaultBodyLimit::max(state.ops.max_body_bytes);
+    let limited = middleware::from_fn_with_state(Arc::clone(state), ops::limit);
+    Router::new()
+        .route(
+            "/retrieve",
+            post(retrieve::retrieve)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
+        .route(
+            "/search",
+            post(retrieve::search)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
+        .route(
+            "/batch_search",
+            post(retrieve::batch_search)
+                .layer(body_limit)
+                .layer(limited.clone()),
+        )
+        .route(
+            "/queries",
+            post(retrieve::queries).layer(body_limit).layer(limited),
+        )
+}
+
+/// `POST /mcp` ([`mcp`]): the host check runs first, then the concurrency
+/// limit.
+fn mcp_routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
+    let limited = middleware::from_fn_with_state(Arc::clone(state), ops::limit);
+    Router::new()
+        .route_service("/mcp", mcp::service(Arc::clone(state)))
+        .layer(limited)
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(state),
+            mcp::guard,
+        ))
+}
+
+/// `GET /openapi.json` and `GET /docs` (Swagger UI).
+fn docs_routes() -> Router<Arc<AppState>> {
+    // No validator badge: Swagger UI would load an image from
+    // validator.swagger.io, which the page's CSP (rightly) refuses.
+    utoipa_swagger_ui::SwaggerUi::new("/docs")
+        .url("/openapi.json", api_doc::ApiDoc::openapi())
+        .config(utoipa_swagger_ui::Config::from("/openapi.json").validator_url("none"))
+        .into()
+}
+
+/// `router` with request ids (`x-request-id`: the client's, or a new UUID)
+/// and the request log (a span per request, a line per response).
+fn with_request_log(router: Router<Arc<AppState>>) -> Router<Arc<AppState>> {
     router
         // Layers run bottom-up: the id is set first, logged by the trace span,
         // and copied onto the response.
@@ -190,7 +235,6 @@ pub fn app(state: Arc<AppState>) -> Router {
                 .on_failure(DefaultOnFailure::new().level(Level::DEBUG)),
         )
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-        .with_state(state)
 }
 
 /// The CORS layer for `origins` (`*` = any), or none when the list is empty.

@@ -6,6 +6,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::net::TcpStream;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
 use super::error::{ApiError, ErrorCode};
 use super::{app, AppState};
 
@@ -46,11 +52,57 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-    use hyper_util::server::conn::auto;
+    // One permit per open connection (`server.max_connections`).
+    let connection_slots = state
+        .ops
+        .max_connections
+        .map(|cap| Arc::new(Semaphore::new(cap)));
+    let (stopping, stopping_rx) = watch::channel(false);
+    let ending = Arc::clone(&state);
+    let serving = Serving {
+        builder: connection_builder(state.ops.header_timeout),
+        header_timeout: state.ops.header_timeout,
+        secure: state.security_headers,
+        stopping: stopping_rx,
+        router: app(state),
+    };
+    let connections = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut at_cap = false;
+    loop {
+        // At the cap, wait for a connection to close before accepting: the
+        // next clients wait in the listen backlog, not in memory.
+        let permit = match &connection_slots {
+            None => None,
+            Some(slots) => {
+                warn_at_cap(slots, &mut at_cap);
+                tokio::select! {
+                    permit = Arc::clone(slots).acquire_owned() => Some(permit.expect("never closed")),
+                    () = &mut shutdown => break,
+                }
+            }
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let Some(stream) = accepted_stream(accepted).await else {
+            continue;
+        };
+        // Taken now, before a shutdown can start: it then waits for this one.
+        let watcher = connections.watcher();
+        tokio::spawn(serving.clone().serve(stream, permit, watcher));
+    }
+    drop(listener);
+    stopping.send_replace(true);
+    close_connections(connections, grace, &ending).await;
+    Ok(())
+}
 
-    let header_timeout = state.ops.header_timeout;
-    let secure = state.security_headers;
+/// The connection builder: HTTP/1.1 with `header_timeout` to send a
+/// request's headers, HTTP/2 with its limits stated ([`H2_MAX_STREAMS`],
+/// [`H2_MAX_PENDING_RESETS`]).
+fn connection_builder(header_timeout: Option<Duration>) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -65,98 +117,118 @@ pub async fn run(
         .timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_STREAMS)
         .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS);
-    // One permit per open connection (`server.max_connections`).
-    let connection_slots = state
-        .ops
-        .max_connections
-        .map(|cap| Arc::new(tokio::sync::Semaphore::new(cap)));
-    let (stopping, stopping_rx) = tokio::sync::watch::channel(false);
-    let ending = Arc::clone(&state);
-    let router = app(state);
-    let connections = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    let mut at_cap = false;
-    loop {
-        // At the cap, wait for a connection to close before accepting: the
-        // next clients wait in the listen backlog, not in memory.
-        let permit = match &connection_slots {
-            None => None,
-            Some(slots) => {
-                let slots = Arc::clone(slots);
-                // Said once each time the cap is reached, not per connection.
-                if slots.available_permits() == 0 && !at_cap {
-                    tracing::warn!(
-                        "server.max_connections reached: new connections wait until one closes"
-                    );
-                }
-                at_cap = slots.available_permits() == 0;
-                tokio::select! {
-                    permit = slots.acquire_owned() => Some(permit.expect("never closed")),
-                    () = &mut shutdown => break,
-                }
-            }
-        };
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = &mut shutdown => break,
-        };
-        let stream = match accepted {
-            Ok((stream, _peer)) => stream,
-            Err(e) if is_per_connection(&e) => continue,
-            Err(e) => {
-                // EMFILE/ENFILE and the like: wait for descriptors to free up.
-                tracing::error!(error = %e, "accepting a connection failed; retrying in 100 ms");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        // Taken now, before a shutdown can start: it then waits for this one.
-        let watcher = connections.watcher();
-        let (builder, router, mut stopping) =
-            (builder.clone(), router.clone(), stopping_rx.clone());
-        tokio::spawn(async move {
-            // Held until the connection ends.
-            let _permit = permit;
-            // hyper-util reads the first bytes to tell HTTP/1 from HTTP/2
-            // before hyper's header timer starts: a connection that sends
-            // nothing would wait there for good, so its first line gets the
-            // same deadline (and a shutdown drops it at once).
-            let first_line = async {
-                match header_timeout {
-                    Some(limit) => tokio::time::timeout(limit, peek_request_line(&stream))
-                        .await
-                        .unwrap_or(FirstLine::Missing),
-                    None => peek_request_line(&stream).await,
-                }
-            };
-            let first_line = tokio::select! {
-                line = first_line => line,
-                _ = stopping.wait_for(|stop| *stop) => FirstLine::Missing,
-            };
-            match first_line {
-                FirstLine::Missing => return,
-                FirstLine::TooLong => return refuse_long_request_line(stream, secure).await,
-                FirstLine::Fits => {}
-            }
-            // The idle deadline of a connection with no request open (HTTP/2
-            // has no header timer of its own; see `idle`).
-            let activity = Arc::new(idle::Activity::new());
-            let service = hyper_util::service::TowerToHyperService::new(idle::Tracked::new(
-                router,
-                Arc::clone(&activity),
-            ));
-            let stream = idle::IdleStream::new(stream, activity, header_timeout);
-            let connection = builder
-                .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                .into_owned();
-            if let Err(e) = watcher.watch(connection).await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
+    builder
+}
+
+/// Logs a warning when `slots` has just run out (`at_cap` remembers that it
+/// had, so the warning comes once each time the cap is reached, not per
+/// connection).
+fn warn_at_cap(slots: &Semaphore, at_cap: &mut bool) {
+    if slots.available_permits() == 0 && !*at_cap {
+        tracing::warn!("server.max_connections reached: new connections wait until one closes");
     }
-    drop(listener);
-    stopping.send_replace(true);
+    *at_cap = slots.available_permits() == 0;
+}
+
+/// The accepted stream (with `TCP_NODELAY` set), or `None` when accepting
+/// failed: at once for an error of that one connection, after a 100 ms
+/// pause (logged) for others (EMFILE/ENFILE and the like).
+async fn accepted_stream(
+    accepted: std::io::Result<(TcpStream, std::net::SocketAddr)>,
+) -> Option<TcpStream> {
+    match accepted {
+        Ok((stream, _peer)) => {
+            let _ = stream.set_nodelay(true);
+            Some(stream)
+        }
+        Err(e) if is_per_connection(&e) => None,
+        Err(e) => {
+            // EMFILE/ENFILE and the like: wait for descriptors to free up.
+            tracing::error!(error = %e, "accepting a connection failed; retrying in 100 ms");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            None
+        }
+    }
+}
+
+/// What every connection is served with; each connection's task gets a
+/// clone.
+#[derive(Clone)]
+struct Serving {
+    builder: auto::Builder<TokioExecutor>,
+    router: axum::Router,
+    /// `server.header_timeout_s`.
+    header_timeout: Option<Duration>,
+    /// `server.security_headers` (for the 414 written by hand).
+    secure: bool,
+    /// Turns true when the server starts shutting down.
+    stopping: watch::Receiver<bool>,
+}
+
+impl Serving {
+    /// Serves one accepted connection until it closes, holding `permit` (its
+    /// `server.max_connections` slot) meanwhile and watched by `watcher` for
+    /// the graceful shutdown: a connection whose first line does not come
+    /// is dropped, one whose first line is too long gets a 414, others are
+    /// served by the router with the idle deadline of [`idle`].
+    async fn serve(
+        mut self,
+        stream: TcpStream,
+        permit: Option<OwnedSemaphorePermit>,
+        watcher: Watcher,
+    ) {
+        // Held until the connection ends.
+        let _permit = permit;
+        match self.first_line(&stream).await {
+            FirstLine::Missing => return,
+            FirstLine::TooLong => return refuse_long_request_line(stream, self.secure).await,
+            FirstLine::Fits => {}
+        }
+        // The idle deadline of a connection with no request open (HTTP/2
+        // has no header timer of its own; see `idle`).
+        let activity = Arc::new(idle::Activity::new());
+        let service = hyper_util::service::TowerToHyperService::new(idle::Tracked::new(
+            self.router,
+            Arc::clone(&activity),
+        ));
+        let stream = idle::IdleStream::new(stream, activity, self.header_timeout);
+        let connection = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        if let Err(e) = watcher.watch(connection).await {
+            tracing::debug!(error = %e, "connection ended with an error");
+        }
+    }
+
+    /// Waits for the connection's first line, within the header timeout;
+    /// [`FirstLine::Missing`] when it does not come in time or the server
+    /// starts shutting down meanwhile.
+    async fn first_line(&mut self, stream: &TcpStream) -> FirstLine {
+        // hyper-util reads the first bytes to tell HTTP/1 from HTTP/2
+        // before hyper's header timer starts: a connection that sends
+        // nothing would wait there for good, so its first line gets the
+        // same deadline (and a shutdown drops it at once).
+        let first_line = async {
+            match self.header_timeout {
+                Some(limit) => tokio::time::timeout(limit, peek_request_line(stream))
+                    .await
+                    .unwrap_or(FirstLine::Missing),
+                None => peek_request_line(stream).await,
+            }
+        };
+        tokio::select! {
+            line = first_line => line,
+            _ = self.stopping.wait_for(|stop| *stop) => FirstLine::Missing,
+        }
+    }
+}
+
+/// The shutdown once the accept loop has stopped: lets open requests run for
+/// `grace`, then ends the ones still running (`state`'s running requests),
+/// and returns once every connection has closed, or [`AFTER_GRACE`] after
+/// the grace period at the latest.
+async fn close_connections(connections: GracefulShutdown, grace: Duration, state: &AppState) {
     tracing::info!(
         grace_s = grace.as_secs_f64(),
         "shutting down: refusing new connections, letting open requests finish"
@@ -165,7 +237,7 @@ pub async fn run(
     let grace_over = async {
         tokio::time::sleep(grace).await;
         tracing::info!("grace period over: ending the requests still running");
-        ending.ops.end_running_requests();
+        state.ops.end_running_requests();
         tokio::time::sleep(AFTER_GRACE).await;
     };
     tokio::select! {
@@ -177,7 +249,6 @@ pub async fn run(
             tracing::warn!("connections still open after the grace period; not waiting for them");
         }
     }
-    Ok(())
 }
 
 /// Streams one HTTP/2 connection may have open at once (hyper's default is
