@@ -21,10 +21,10 @@
 //!   remote); signals. [`logging`]: the binary's log setup.
 //! - [`server`]: the HTTP surface (axum), one file per step: `listen`
 //!   (connections, `idle` their deadline) → `ops` (keys, limits, per-route
-//!   metrics) → `json` (the body) → `validate` (with `tools`) → `chat` / `retrieve` →
-//!   `render` (chunks, responses);
-//!   `responses` (the Responses API over the same rollout: `input`
-//!   its input items, `convert` its tools and options), `mcp` (the MCP
+//!   metrics) → `json` (the body) → `validate` (with `tools`) → `chat` /
+//!   `retrieve` → `render` (chunks, responses); `responses` (the Responses
+//!   API over the same rollout: `input` its input items, `convert` its tools
+//!   and options), `mcp` (the MCP
 //!   server), `citations` (`url_citation`s of an answer), `observe`
 //!   (per-request metrics from a rollout's events), `headers` (security
 //!   headers); `state`, `error`, `openai` (wire types), `api_doc` (OpenAPI).
