@@ -132,7 +132,7 @@ pub enum RolloutEvent {
 }
 
 /// Why the rollout ended, in OpenAI's terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum FinishReason {
     /// The policy answered (or stopped by itself).

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::citations::UrlCitation;
 use crate::engine::Role;
-use crate::rollout::RoundRecord;
+use crate::rollout::{FinishReason, RoundRecord};
 use crate::search::Document;
 
 /// `POST /v1/chat/completions` body. Unknown fields are ignored, as OpenAI does.
@@ -220,7 +220,7 @@ pub struct ChatMessage {
 
 /// Roles seeker accepts; `developer` is treated as `system`; `tool`
 /// carries a client function's result.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum MessageRole {
     System,
@@ -459,14 +459,15 @@ pub struct ChatCompletion {
 pub struct Choice {
     pub index: u32,
     pub message: ResponseMessage,
-    pub finish_reason: String,
+    pub finish_reason: FinishReason,
 }
 
 /// The assistant message: the answer in `content`, the trace (reasoning,
 /// search calls and spliced documents) in `reasoning_content`.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResponseMessage {
-    pub role: String,
+    /// Always `assistant`.
+    pub role: MessageRole,
     /// The answer; `null` when the message is a turn of function calls.
     pub content: Option<String>,
     pub reasoning_content: String,
@@ -528,13 +529,14 @@ pub struct ChatCompletionChunk {
 pub struct ChunkChoice {
     pub index: u32,
     pub delta: Delta,
-    pub finish_reason: Option<String>,
+    pub finish_reason: Option<FinishReason>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Delta {
+    /// `assistant`, in the first chunk only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
+    pub role: Option<MessageRole>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -16,8 +16,8 @@
 use super::citations;
 use super::openai::{
     ChatAnnotation, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Citation, Delta,
-    DeltaToolCall, FunctionCall, ResponseMessage, SearchHit, SeekerChunk, SeekerEvent, SeekerInfo,
-    ToolCallObject, Usage,
+    DeltaToolCall, FunctionCall, MessageRole, ResponseMessage, SearchHit, SeekerChunk, SeekerEvent,
+    SeekerInfo, ToolCallObject, Usage,
 };
 use crate::rollout::{FinishReason, RolloutEvent, RolloutOutcome};
 
@@ -74,7 +74,7 @@ impl ChunkWriter {
     /// The first chunk: `delta.role = "assistant"`.
     pub fn role(&self) -> ChatCompletionChunk {
         let delta = Delta {
-            role: Some("assistant".into()),
+            role: Some(MessageRole::Assistant),
             ..Delta::default()
         };
         self.delta(delta, None, None)
@@ -160,7 +160,7 @@ impl ChunkWriter {
         };
         self.delta(
             delta,
-            Some(outcome.finish_reason.as_str().to_string()),
+            Some(outcome.finish_reason),
             Some(SeekerChunk::Final(info)),
         )
     }
@@ -197,7 +197,7 @@ impl ChunkWriter {
     fn delta(
         &self,
         delta: Delta,
-        finish_reason: Option<String>,
+        finish_reason: Option<FinishReason>,
         seeker: Option<SeekerChunk>,
     ) -> ChatCompletionChunk {
         let choice = ChunkChoice {
@@ -258,13 +258,13 @@ pub(crate) fn completion(
         choices: vec![Choice {
             index: 0,
             message: ResponseMessage {
-                role: "assistant".into(),
+                role: MessageRole::Assistant,
                 content: (!(calls && outcome.answer.is_empty())).then(|| outcome.answer.clone()),
                 tool_calls: calls.then(|| tool_calls(outcome)),
                 reasoning_content: reasoning,
                 annotations: annotations(outcome),
             },
-            finish_reason: outcome.finish_reason.as_str().to_string(),
+            finish_reason: outcome.finish_reason,
         }],
         usage: usage(outcome),
         seeker: meta.seeker_info(outcome),
