@@ -306,18 +306,11 @@ impl Engine for MistralEngine {
         let engine_sender = submit(&self.model, request).await?;
 
         let (tx, rx) = mpsc::channel(64);
-        let forward = Forward {
-            tx,
-            engine_rx,
-            engine_sender,
-            sentinel: sentinel.clone(),
-            prompt: self.reuse.as_ref().map(|_| EngineEvent::Prompt {
-                tokens: prompt_tokens,
-                cached: Some(reused),
-            }),
-            first: true,
-            gone: false,
-        };
+        let prompt_event = self.reuse.as_ref().map(|_| EngineEvent::Prompt {
+            tokens: prompt_tokens,
+            cached: Some(reused),
+        });
+        let forward = Forward::new(tx, engine_rx, engine_sender, sentinel.clone(), prompt_event);
         let reuse = self.reuse.clone();
         let model = Arc::clone(&self.model);
         // The prompt is kept for the next round only when rounds continue by ids.

@@ -83,20 +83,20 @@ fn finish(reason: &str, forced: Option<Forced>) -> EngineFinish {
 /// Reads one sequence's responses and sends them on as [`EngineEvent`]s.
 pub(super) struct Forward {
     /// The rollout's end of the stream.
-    pub(super) tx: mpsc::Sender<Result<EngineEvent, EngineError>>,
-    pub(super) engine_rx: mpsc::Receiver<Response>,
+    tx: mpsc::Sender<Result<EngineEvent, EngineError>>,
+    engine_rx: mpsc::Receiver<Response>,
     /// The engine's request queue: closed once the engine has died.
-    pub(super) engine_sender: mpsc::Sender<Request>,
+    engine_sender: mpsc::Sender<Request>,
     /// Set when prefix reuse is on.
-    pub(super) sentinel: Option<Arc<Sentinel>>,
+    sentinel: Option<Arc<Sentinel>>,
     /// Sent before the text (the prompt's size and what it reused).
-    pub(super) prompt: Option<EngineEvent>,
+    prompt: Option<EngineEvent>,
     /// No chunk has been read yet.
-    pub(super) first: bool,
+    first: bool,
     /// The consumer left: with a sentinel the sequence is ended by the
     /// processor at its next step and read to its end (so that its cache key
     /// is known); without one, dropping the engine's receiver cancels it.
-    pub(super) gone: bool,
+    gone: bool,
 }
 
 /// What one chunk leaves [`Forward::run`] to do.
@@ -110,6 +110,26 @@ enum Chunk {
 }
 
 impl Forward {
+    /// Reads `engine_rx` (a sequence submitted on `engine_sender`) into
+    /// `tx`, `prompt` first when given.
+    pub(super) fn new(
+        tx: mpsc::Sender<Result<EngineEvent, EngineError>>,
+        engine_rx: mpsc::Receiver<Response>,
+        engine_sender: mpsc::Sender<Request>,
+        sentinel: Option<Arc<Sentinel>>,
+        prompt: Option<EngineEvent>,
+    ) -> Self {
+        Self {
+            tx,
+            engine_rx,
+            engine_sender,
+            sentinel,
+            prompt,
+            first: true,
+            gone: false,
+        }
+    }
+
     /// Forwards the sequence to its end. Returns whether it ended with an
     /// engine error, or `None` when the consumer left and the sequence was
     /// cancelled by dropping it (only without a sentinel).
