@@ -127,11 +127,15 @@ fn bare(turn: &str) -> Vec<ToolCall> {
     Vec::new()
 }
 
+/// How a call object's text starts: its opening brace and the quote of its
+/// first key.
+const CALL_OPEN: &str = "{\"";
+
 /// A call object wrapped in extra braces, `{{"name": …}}` (closing braces
 /// may be doubled or not): the object that starts at the first `{"`, when
 /// nothing but braces and whitespace comes before and after it.
 fn braced(text: &str) -> Option<Value> {
-    let at = text.find("{\"")?;
+    let at = text.find(CALL_OPEN)?;
     if !text[..at].chars().all(|c| c == '{' || c.is_whitespace()) || at == 0 {
         return None;
     }

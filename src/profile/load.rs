@@ -1,15 +1,12 @@
-//! Loading a profile: the TOML schema (one struct per table, unknown keys
-//! refused), template fields checked, and the validated [`Profile`] built.
+//! Loading a profile: the file read against its TOML schema (`schema`),
+//! every section checked, template fields checked, and the validated
+//! [`Profile`] built.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
-use super::{
-    AnswerFallback, Pages, Profile, ProfileError, PromptFormat, QuestionSearch, RoundCap,
-    SpliceFormat, ToolRender, Tools,
-};
+use super::schema::{FunctionSpec, PagesSpec, ProfileFile, PromptSpec, TagSpec, ToolsSpec};
+use super::{Pages, Profile, ProfileError, PromptFormat, Tools};
 use crate::template::Template;
 
 /// Fields a prompt template may use: `date` is today's date (UTC) as
@@ -40,149 +37,6 @@ const PAGE_FAILED_FIELDS_TOOL: &[&str] = &["url", "goal", "reason"];
 /// Fields of a failed tool call's result.
 const ERROR_FIELDS: &[&str] = &["error"];
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProfileFile {
-    name: String,
-    description: String,
-    #[serde(default)]
-    unconfirmed: Option<String>,
-    prompt: PromptSpec,
-    tags: TagSpec,
-    query: QuerySpec,
-    splice: SpliceSpec,
-    rollout: RolloutSpec,
-    #[serde(default)]
-    tools: Option<ToolsSpec>,
-    #[serde(default)]
-    pages: Option<PagesSpec>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PagesSpec {
-    open: String,
-    close: String,
-    chunk: String,
-    chunk_chars: usize,
-    max_chunks: usize,
-    failed: String,
-    #[serde(default)]
-    pause: String,
-    #[serde(default)]
-    short_chars: usize,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ToolsSpec {
-    render: ToolRender,
-    search: String,
-    query_argument: String,
-    #[serde(default)]
-    visit: String,
-    #[serde(default)]
-    unavailable: String,
-    #[serde(default)]
-    url_argument: String,
-    #[serde(default)]
-    goal_argument: String,
-    #[serde(default)]
-    page: String,
-    #[serde(default)]
-    page_failed: String,
-    #[serde(default)]
-    page_chars: usize,
-    #[serde(default)]
-    page_separator: String,
-    #[serde(default)]
-    calls_per_turn: usize,
-    #[serde(default)]
-    turn_prefix: String,
-    response: String,
-    response_separator: String,
-    query_block: String,
-    query_separator: String,
-    error: String,
-    function: Vec<FunctionSpec>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FunctionSpec {
-    name: String,
-    description: String,
-    /// JSON Schema as JSON text, so its key order is kept as written.
-    parameters: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PromptSpec {
-    format: PromptFormat,
-    #[serde(default)]
-    system: Option<String>,
-    #[serde(default)]
-    user: Option<String>,
-    #[serde(default)]
-    raw: Option<String>,
-    #[serde(default)]
-    assistant_prefix: String,
-    question_mark: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TagSpec {
-    query_open: String,
-    query_close: String,
-    answer_open: String,
-    answer_close: String,
-    #[serde(default)]
-    documents_open: String,
-    #[serde(default)]
-    stop: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QuerySpec {
-    #[serde(default)]
-    separator: String,
-    max_queries: usize,
-    max_chars: usize,
-    #[serde(default)]
-    remove: Vec<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SpliceSpec {
-    format: SpliceFormat,
-    block: String,
-    document: String,
-    #[serde(default)]
-    separator: String,
-    strip_docs: bool,
-    no_documents: String,
-    failed: String,
-    no_query: String,
-    invalid_action: String,
-    strip_round: bool,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RolloutSpec {
-    top_k: usize,
-    max_searches: usize,
-    #[serde(default)]
-    max_round_tokens: usize,
-    on_round_cap: RoundCap,
-    search_question_first: QuestionSearch,
-    answer_fallback: AnswerFallback,
-}
-
 /// A tag written in a splice block: `<information>`, `<|end_of_documents|>`.
 static BLOCK_TAG: std::sync::LazyLock<regex::Regex> =
     std::sync::LazyLock::new(|| regex::Regex::new(r"<[^<>\s]{1,64}>").expect("valid regex"));
@@ -210,226 +64,34 @@ impl Profile {
             file: file.clone(),
             message: e.to_string().trim_end().replace('\n', " "),
         })?;
-        let template = |key: &'static str, src: &str, allowed: &[&str]| {
-            Template::parse(src, allowed).map_err(|error| ProfileError::Template {
-                file: file.clone(),
-                key,
-                error,
-            })
-        };
-        let invalid = |key: &'static str, message: &str| ProfileError::Invalid {
-            file: file.clone(),
-            key,
-            message: message.to_string(),
-        };
-        for (key, tag) in [
-            ("tags.query_open", &raw.tags.query_open),
-            ("tags.query_close", &raw.tags.query_close),
-            ("tags.answer_open", &raw.tags.answer_open),
-            ("tags.answer_close", &raw.tags.answer_close),
-        ] {
-            if tag.trim().is_empty() {
-                return Err(invalid(key, "must not be empty"));
-            }
-        }
-        if raw.name.trim().is_empty() {
-            return Err(invalid("name", "must not be empty"));
-        }
-        if raw.rollout.top_k == 0 {
-            return Err(invalid("rollout.top_k", "must be at least 1"));
-        }
-        if raw.query.max_queries == 0 {
-            return Err(invalid("query.max_queries", "must be at least 1"));
-        }
-        if raw.query.max_chars == 0 {
-            return Err(invalid("query.max_chars", "must be at least 1"));
-        }
-        if raw.tags.stop.iter().any(String::is_empty) {
-            return Err(invalid("tags.stop", "must not contain an empty string"));
-        }
-        let p = &raw.prompt;
-        // (key, present) pairs a format requires, and those it does not use.
-        type Keys<'k> = &'k [(&'static str, bool)];
-        let (needs, unused): (Keys, Keys) = match p.format {
-            PromptFormat::Chat => (
-                &[("prompt.user", p.user.is_some())],
-                &[
-                    ("prompt.system", p.system.is_some()),
-                    ("prompt.raw", p.raw.is_some()),
-                ],
-            ),
-            PromptFormat::System => (
-                &[
-                    ("prompt.system", p.system.is_some()),
-                    ("prompt.user", p.user.is_some()),
-                ],
-                &[("prompt.raw", p.raw.is_some())],
-            ),
-            PromptFormat::Raw => (
-                &[("prompt.raw", p.raw.is_some())],
-                &[
-                    ("prompt.system", p.system.is_some()),
-                    ("prompt.user", p.user.is_some()),
-                ],
-            ),
-        };
-        if let Some((key, _)) = needs.iter().find(|(_, present)| !present) {
-            return Err(invalid(key, "is required by this prompt format"));
-        }
-        if let Some((key, _)) = unused.iter().find(|(_, present)| *present) {
-            return Err(invalid(key, "is not used by this prompt format; remove it"));
-        }
-        let optional = |key: &'static str, src: &Option<String>| {
-            src.as_deref()
-                .map(|s| template(key, s, PROMPT_FIELDS))
-                .transpose()
-        };
+        let at = Keys { file: &file };
+        check_tags_and_limits(&raw, &at)?;
+        check_prompt_keys(&raw.prompt, &at)?;
         // The tool-response template's tags are control tags too.
         let response_src = raw
             .tools
             .as_ref()
             .map(|t| t.response.clone())
             .unwrap_or_default();
-        let tools = raw
-            .tools
-            .map(|t| -> Result<Tools, ProfileError> {
-                if t.function.is_empty() {
-                    return Err(invalid("tools.function", "needs at least one function"));
-                }
-                let mut functions = Vec::with_capacity(t.function.len());
-                for f in &t.function {
-                    let parameters: serde_json::Value = serde_json::from_str(&f.parameters)
-                        .map_err(|e| {
-                            invalid(
-                                "tools.function.parameters",
-                                &format!("function {:?}: not JSON: {e}", f.name),
-                            )
-                        })?;
-                    if !parameters.is_object() {
-                        return Err(invalid(
-                            "tools.function.parameters",
-                            &format!("function {:?}: must be a JSON Schema object", f.name),
-                        ));
-                    }
-                    functions.push(serde_json::json!({
-                        "type": "function",
-                        "function": {
-                            "name": f.name,
-                            "description": f.description,
-                            "parameters": parameters,
-                        }
-                    }));
-                }
-                if !t.function.iter().any(|f| f.name == t.search) {
-                    return Err(invalid(
-                        "tools.search",
-                        &format!("names no function in tools.function: {:?}", t.search),
-                    ));
-                }
-                if t.query_argument.trim().is_empty() {
-                    return Err(invalid("tools.query_argument", "must not be empty"));
-                }
-                Ok(Tools {
-                    render: t.render,
-                    functions,
-                    search: t.search,
-                    query_argument: t.query_argument,
-                    page: if t.page.is_empty() {
-                        None
-                    } else {
-                        if t.visit.is_empty() || t.url_argument.trim().is_empty() {
-                            return Err(invalid(
-                                "tools.page",
-                                "needs tools.visit and tools.url_argument",
-                            ));
-                        }
-                        Some(template("tools.page", &t.page, PAGE_FIELDS)?)
-                    },
-                    page_failed: template(
-                        "tools.page_failed",
-                        &t.page_failed,
-                        PAGE_FAILED_FIELDS_TOOL,
-                    )?,
-                    visit: t.visit,
-                    unavailable: t.unavailable,
-                    url_argument: t.url_argument,
-                    goal_argument: t.goal_argument,
-                    page_chars: t.page_chars,
-                    page_separator: t.page_separator,
-                    calls_per_turn: t.calls_per_turn,
-                    turn_prefix: t.turn_prefix,
-                    response: template("tools.response", &t.response, RESPONSE_FIELDS)?,
-                    response_separator: t.response_separator,
-                    query_block: template("tools.query_block", &t.query_block, QUERY_BLOCK_FIELDS)?,
-                    query_separator: t.query_separator,
-                    error: template("tools.error", &t.error, ERROR_FIELDS)?,
-                })
-            })
-            .transpose()?;
-        let pages = match raw.pages {
-            None => None,
-            Some(_) if tools.is_some() => {
-                return Err(invalid(
-                    "pages",
-                    "a tool-calling profile reads pages through its visit function",
-                ))
-            }
-            Some(pg) => {
-                if pg.open.trim().is_empty() || pg.close.trim().is_empty() {
-                    return Err(invalid("pages.open", "the page tags must not be empty"));
-                }
-                if pg.chunk_chars == 0 || pg.max_chunks == 0 {
-                    return Err(invalid(
-                        "pages.chunk_chars",
-                        "chunk_chars and max_chunks must be at least 1",
-                    ));
-                }
-                Some(Pages {
-                    chunk: template("pages.chunk", &pg.chunk, CHUNK_FIELDS)?,
-                    failed: template("pages.failed", &pg.failed, PAGE_FAILED_FIELDS)?,
-                    open: pg.open,
-                    close: pg.close,
-                    chunk_chars: pg.chunk_chars,
-                    max_chunks: pg.max_chunks,
-                    pause: pg.pause,
-                    short_chars: pg.short_chars,
-                })
-            }
-        };
-        let page_tags: Vec<String> = pages
-            .as_ref()
-            .map(|p| vec![p.open.clone(), p.close.clone()])
-            .unwrap_or_default();
-        let mut control_tags: Vec<String> = [
-            &raw.tags.query_open,
-            &raw.tags.query_close,
-            &raw.tags.answer_open,
-            &raw.tags.answer_close,
-            &raw.tags.documents_open,
-        ]
-        .into_iter()
-        .chain(&raw.tags.stop)
-        .chain(&page_tags)
-        .cloned()
-        .chain(
-            BLOCK_TAG
-                .find_iter(&raw.splice.block)
-                .chain(BLOCK_TAG.find_iter(&response_src))
-                .map(|m| m.as_str().to_string()),
-        )
-        // Only a tag with an angle bracket can be defused (see `neutralise`).
-        .filter(|t| t.contains(['<', '>']))
-        .collect();
-        control_tags.sort();
-        control_tags.dedup();
+        let tools = raw.tools.map(|t| build_tools(t, &at)).transpose()?;
+        let pages = build_pages(raw.pages, tools.is_some(), &at)?;
+        let control_tags = control_tags(&raw.tags, &raw.splice.block, &response_src, &pages);
+        let p = &raw.prompt;
+        let prompt_system = at.prompt("prompt.system", &p.system)?;
+        let prompt_user = at.prompt("prompt.user", &p.user)?;
+        let prompt_raw = at.prompt("prompt.raw", &p.raw)?;
+        let splice = &raw.splice;
+        let splice_block = at.template("splice.block", &splice.block, BLOCK_FIELDS)?;
+        let splice_document = at.template("splice.document", &splice.document, DOCUMENT_FIELDS)?;
+        let failed = at.template("splice.failed", &splice.failed, FAILED_FIELDS)?;
         Ok(Self {
             control_tags,
-            prompt_system: optional("prompt.system", &p.system)?,
-            prompt_user: optional("prompt.user", &p.user)?,
-            prompt_raw: optional("prompt.raw", &p.raw)?,
-            splice_block: template("splice.block", &raw.splice.block, BLOCK_FIELDS)?,
-            splice_document: template("splice.document", &raw.splice.document, DOCUMENT_FIELDS)?,
-            failed: template("splice.failed", &raw.splice.failed, FAILED_FIELDS)?,
+            prompt_system,
+            prompt_user,
+            prompt_raw,
+            splice_block,
+            splice_document,
+            failed,
             assistant_prefix: raw.prompt.assistant_prefix,
             name: raw.name,
             description: raw.description,
@@ -499,6 +161,290 @@ impl Profile {
     }
 }
 
+/// The profile file being loaded, for errors that name it and the key.
+struct Keys<'f> {
+    file: &'f Path,
+}
+
+impl Keys<'_> {
+    /// `src` parsed as a template that may use the `allowed` fields.
+    ///
+    /// # Errors
+    /// [`ProfileError::Template`] naming the file and `key`.
+    fn template(
+        &self,
+        key: &'static str,
+        src: &str,
+        allowed: &[&str],
+    ) -> Result<Template, ProfileError> {
+        Template::parse(src, allowed).map_err(|error| ProfileError::Template {
+            file: self.file.to_path_buf(),
+            key,
+            error,
+        })
+    }
+
+    /// An optional prompt template (`prompt.system`, `prompt.user`,
+    /// `prompt.raw`), parsed with the prompt fields when present.
+    ///
+    /// # Errors
+    /// As [`Keys::template`].
+    fn prompt(
+        &self,
+        key: &'static str,
+        src: &Option<String>,
+    ) -> Result<Option<Template>, ProfileError> {
+        src.as_deref()
+            .map(|s| self.template(key, s, PROMPT_FIELDS))
+            .transpose()
+    }
+
+    /// [`ProfileError::Invalid`] for `key`, with `message`.
+    fn invalid(&self, key: &'static str, message: &str) -> ProfileError {
+        ProfileError::Invalid {
+            file: self.file.to_path_buf(),
+            key,
+            message: message.to_string(),
+        }
+    }
+}
+
+/// Checks the tags, the name and the query and rollout limits of `raw`.
+///
+/// # Errors
+/// [`ProfileError::Invalid`] for the first empty tag or name, zero limit, or
+/// empty stop string.
+fn check_tags_and_limits(raw: &ProfileFile, at: &Keys) -> Result<(), ProfileError> {
+    for (key, tag) in [
+        ("tags.query_open", &raw.tags.query_open),
+        ("tags.query_close", &raw.tags.query_close),
+        ("tags.answer_open", &raw.tags.answer_open),
+        ("tags.answer_close", &raw.tags.answer_close),
+    ] {
+        if tag.trim().is_empty() {
+            return Err(at.invalid(key, "must not be empty"));
+        }
+    }
+    if raw.name.trim().is_empty() {
+        return Err(at.invalid("name", "must not be empty"));
+    }
+    if raw.rollout.top_k == 0 {
+        return Err(at.invalid("rollout.top_k", "must be at least 1"));
+    }
+    if raw.query.max_queries == 0 {
+        return Err(at.invalid("query.max_queries", "must be at least 1"));
+    }
+    if raw.query.max_chars == 0 {
+        return Err(at.invalid("query.max_chars", "must be at least 1"));
+    }
+    if raw.tags.stop.iter().any(String::is_empty) {
+        return Err(at.invalid("tags.stop", "must not contain an empty string"));
+    }
+    Ok(())
+}
+
+/// Checks that `[prompt]` has the keys its format requires and none it does
+/// not use.
+///
+/// # Errors
+/// [`ProfileError::Invalid`] naming the first missing or unused key.
+fn check_prompt_keys(p: &PromptSpec, at: &Keys) -> Result<(), ProfileError> {
+    // (key, present) pairs a format requires, and those it does not use.
+    type Pairs<'k> = &'k [(&'static str, bool)];
+    let (needs, unused): (Pairs, Pairs) = match p.format {
+        PromptFormat::Chat => (
+            &[("prompt.user", p.user.is_some())],
+            &[
+                ("prompt.system", p.system.is_some()),
+                ("prompt.raw", p.raw.is_some()),
+            ],
+        ),
+        PromptFormat::System => (
+            &[
+                ("prompt.system", p.system.is_some()),
+                ("prompt.user", p.user.is_some()),
+            ],
+            &[("prompt.raw", p.raw.is_some())],
+        ),
+        PromptFormat::Raw => (
+            &[("prompt.raw", p.raw.is_some())],
+            &[
+                ("prompt.system", p.system.is_some()),
+                ("prompt.user", p.user.is_some()),
+            ],
+        ),
+    };
+    if let Some((key, _)) = needs.iter().find(|(_, present)| !present) {
+        return Err(at.invalid(key, "is required by this prompt format"));
+    }
+    if let Some((key, _)) = unused.iter().find(|(_, present)| *present) {
+        return Err(at.invalid(key, "is not used by this prompt format; remove it"));
+    }
+    Ok(())
+}
+
+/// The validated `[tools]` table: its functions as chat-template tool
+/// descriptions, its argument names and its templates parsed.
+///
+/// # Errors
+/// [`ProfileError::Invalid`] for bad functions, a `search` naming none of
+/// them, an empty query argument, or `page` without `visit` and
+/// `url_argument`; [`ProfileError::Template`] for a bad template.
+fn build_tools(t: ToolsSpec, at: &Keys) -> Result<Tools, ProfileError> {
+    let functions = tool_functions(&t.function, at)?;
+    if !t.function.iter().any(|f| f.name == t.search) {
+        return Err(at.invalid(
+            "tools.search",
+            &format!("names no function in tools.function: {:?}", t.search),
+        ));
+    }
+    if t.query_argument.trim().is_empty() {
+        return Err(at.invalid("tools.query_argument", "must not be empty"));
+    }
+    Ok(Tools {
+        render: t.render,
+        functions,
+        search: t.search,
+        query_argument: t.query_argument,
+        page: if t.page.is_empty() {
+            None
+        } else {
+            if t.visit.is_empty() || t.url_argument.trim().is_empty() {
+                return Err(at.invalid("tools.page", "needs tools.visit and tools.url_argument"));
+            }
+            Some(at.template("tools.page", &t.page, PAGE_FIELDS)?)
+        },
+        page_failed: at.template("tools.page_failed", &t.page_failed, PAGE_FAILED_FIELDS_TOOL)?,
+        visit: t.visit,
+        unavailable: t.unavailable,
+        url_argument: t.url_argument,
+        goal_argument: t.goal_argument,
+        page_chars: t.page_chars,
+        page_separator: t.page_separator,
+        calls_per_turn: t.calls_per_turn,
+        turn_prefix: t.turn_prefix,
+        response: at.template("tools.response", &t.response, RESPONSE_FIELDS)?,
+        response_separator: t.response_separator,
+        query_block: at.template("tools.query_block", &t.query_block, QUERY_BLOCK_FIELDS)?,
+        query_separator: t.query_separator,
+        error: at.template("tools.error", &t.error, ERROR_FIELDS)?,
+    })
+}
+
+/// `tools.function` as the chat template's tool descriptions
+/// (`{"type": "function", "function": {name, description, parameters}}`).
+///
+/// # Errors
+/// [`ProfileError::Invalid`] when there is no function, or one's parameters
+/// are not a JSON object.
+fn tool_functions(
+    functions: &[FunctionSpec],
+    at: &Keys,
+) -> Result<Vec<serde_json::Value>, ProfileError> {
+    if functions.is_empty() {
+        return Err(at.invalid("tools.function", "needs at least one function"));
+    }
+    let mut described = Vec::with_capacity(functions.len());
+    for f in functions {
+        let parameters: serde_json::Value = serde_json::from_str(&f.parameters).map_err(|e| {
+            at.invalid(
+                "tools.function.parameters",
+                &format!("function {:?}: not JSON: {e}", f.name),
+            )
+        })?;
+        if !parameters.is_object() {
+            return Err(at.invalid(
+                "tools.function.parameters",
+                &format!("function {:?}: must be a JSON Schema object", f.name),
+            ));
+        }
+        described.push(serde_json::json!({
+            "type": "function",
+            "function": {
+                "name": f.name,
+                "description": f.description,
+                "parameters": parameters,
+            }
+        }));
+    }
+    Ok(described)
+}
+
+/// The validated `[pages]` table, if any; `has_tools` says the profile has
+/// `[tools]`, which read pages instead.
+///
+/// # Errors
+/// [`ProfileError::Invalid`] for `[pages]` beside `[tools]`, empty page tags
+/// or zero limits; [`ProfileError::Template`] for a bad template.
+fn build_pages(
+    pages: Option<PagesSpec>,
+    has_tools: bool,
+    at: &Keys,
+) -> Result<Option<Pages>, ProfileError> {
+    let Some(pg) = pages else {
+        return Ok(None);
+    };
+    if has_tools {
+        return Err(at.invalid(
+            "pages",
+            "a tool-calling profile reads pages through its visit function",
+        ));
+    }
+    if pg.open.trim().is_empty() || pg.close.trim().is_empty() {
+        return Err(at.invalid("pages.open", "the page tags must not be empty"));
+    }
+    if pg.chunk_chars == 0 || pg.max_chunks == 0 {
+        return Err(at.invalid(
+            "pages.chunk_chars",
+            "chunk_chars and max_chunks must be at least 1",
+        ));
+    }
+    Ok(Some(Pages {
+        chunk: at.template("pages.chunk", &pg.chunk, CHUNK_FIELDS)?,
+        failed: at.template("pages.failed", &pg.failed, PAGE_FAILED_FIELDS)?,
+        open: pg.open,
+        close: pg.close,
+        chunk_chars: pg.chunk_chars,
+        max_chunks: pg.max_chunks,
+        pause: pg.pause,
+        short_chars: pg.short_chars,
+    }))
+}
+
+/// The profile's control tags, sorted and deduplicated: its own tags, stop
+/// strings and page tags, and the tags written in the splice `block` and the
+/// tool `response` template; only those with an angle bracket (the ones
+/// [`defuse`](super::defuse) can make inert).
+fn control_tags(tags: &TagSpec, block: &str, response: &str, pages: &Option<Pages>) -> Vec<String> {
+    let page_tags: Vec<String> = pages
+        .as_ref()
+        .map(|p| vec![p.open.clone(), p.close.clone()])
+        .unwrap_or_default();
+    let mut control_tags: Vec<String> = [
+        &tags.query_open,
+        &tags.query_close,
+        &tags.answer_open,
+        &tags.answer_close,
+        &tags.documents_open,
+    ]
+    .into_iter()
+    .chain(&tags.stop)
+    .chain(&page_tags)
+    .cloned()
+    .chain(
+        BLOCK_TAG
+            .find_iter(block)
+            .chain(BLOCK_TAG.find_iter(response))
+            .map(|m| m.as_str().to_string()),
+    )
+    // Only a tag with an angle bracket can be defused (see `neutralise`).
+    .filter(|t| t.contains(['<', '>']))
+    .collect();
+    control_tags.sort();
+    control_tags.dedup();
+    control_tags
+}
+
 /// The tag that closes a document block: the first tag after `{docs}` in
 /// `splice.block` (`</information>` for `"\n\n<information>{docs}</information>\n\n"`);
 /// empty when the block has none.
@@ -512,6 +458,11 @@ fn documents_close(block: &str) -> String {
         _ => String::new(),
     }
 }
+
+// The tests below name `QuestionSearch` through `super::*`; parsing no
+// longer does (the schema in `schema.rs` does).
+#[cfg(test)]
+use super::QuestionSearch;
 
 #[cfg(test)]
 mod tests {

@@ -10,11 +10,12 @@
 //! the prompt format, or a template that names an unknown field is an error
 //! naming the file and the key.
 //!
-//! `load`: the TOML schema and its validation; `text`: what a rollout
+//! `schema`: the TOML schema; `load`: its validation; `text`: what a rollout
 //! asks of a profile — the prompt, cleaned queries, splices, round text —
 //! and [`defuse`] for text that must not carry control tags.
 
 mod load;
+mod schema;
 mod text;
 mod tools;
 

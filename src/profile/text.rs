@@ -374,11 +374,14 @@ fn today() -> String {
     chrono::Utc::now().format("%Y-%m-%d").to_string()
 }
 
+/// What opens a boxed answer: `\boxed` and its opening brace.
+const BOXED: &str = "\\boxed{";
+
 /// The content of the last `\boxed{…}` in `text` (braces inside balanced),
 /// as ReCall and the math-style policies write their answer; `None` when
 /// there is none or it never closes.
 pub(crate) fn last_boxed(text: &str) -> Option<&str> {
-    let start = text.rfind("\\boxed{")? + "\\boxed{".len();
+    let start = text.rfind(BOXED)? + BOXED.len();
     let mut depth = 1usize;
     for (i, c) in text[start..].char_indices() {
         match c {

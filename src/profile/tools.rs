@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::{CleanedQueries, Profile, QueryOutcome, Tools};
 use crate::pages::Page;
-use crate::toolcall::ToolCall;
+use crate::toolcall::{Invocation, ToolCall};
 
 /// What one call of a turn asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,51 +44,12 @@ impl Profile {
                 reason,
             };
         };
-        let error = |reason: String| CallPlan::Reply {
-            text: tools.error.render(&[("error", &reason)]),
-            reason,
-        };
         let invocation = match &call.parsed {
             Ok(invocation) => invocation,
-            Err(e) => return error(e.clone()),
+            Err(e) => return tool_error(tools, e.clone()),
         };
         if !tools.visit.is_empty() && invocation.name == tools.visit && tools.page.is_some() {
-            let arg = &tools.url_argument;
-            let urls: Vec<String> = match invocation.arguments.get(arg) {
-                Some(Value::String(u)) => vec![u.trim().to_string()],
-                Some(Value::Array(items)) => match items
-                    .iter()
-                    .map(|v| v.as_str().map(|u| u.trim().to_string()))
-                    .collect::<Option<Vec<_>>>()
-                {
-                    Some(urls) => urls,
-                    None => {
-                        return error(format!("\"{arg}\" must be a string or an array of strings"))
-                    }
-                },
-                None | Some(Value::Null) => {
-                    return error(format!(
-                        "the call to \"{}\" has no \"{arg}\" argument",
-                        tools.visit
-                    ))
-                }
-                Some(_) => {
-                    return error(format!("\"{arg}\" must be a string or an array of strings"))
-                }
-            };
-            let mut urls: Vec<String> = urls.into_iter().filter(|u| !u.is_empty()).collect();
-            if urls.is_empty() {
-                return error(format!("\"{arg}\" holds no URL"));
-            }
-            // Pages per call are capped like queries.
-            urls.truncate(self.max_queries);
-            let goal = invocation
-                .arguments
-                .get(&tools.goal_argument)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string();
-            return CallPlan::Visit { urls, goal };
+            return self.plan_visit(tools, invocation);
         }
         if !tools.visit.is_empty() && invocation.name == tools.visit {
             return CallPlan::Reply {
@@ -100,31 +61,81 @@ impl Profile {
             };
         }
         if invocation.name != tools.search {
-            return error(format!(
-                "unknown function \"{}\"; the functions are: {}",
-                invocation.name,
-                function_names(tools).join(", ")
-            ));
+            return tool_error(
+                tools,
+                format!(
+                    "unknown function \"{}\"; the functions are: {}",
+                    invocation.name,
+                    function_names(tools).join(", ")
+                ),
+            );
         }
+        self.plan_search(tools, invocation)
+    }
+
+    /// A call of the `visit` function (the profile reads pages): its URLs,
+    /// trimmed, empty ones dropped, capped at `max_queries`, and its goal;
+    /// or the profile's error text when the URL argument is missing, not a
+    /// string or array of strings, or holds no URL.
+    fn plan_visit(&self, tools: &Tools, invocation: &Invocation) -> CallPlan {
+        let arg = &tools.url_argument;
+        let not_strings = || format!("\"{arg}\" must be a string or an array of strings");
+        let urls: Vec<String> = match invocation.arguments.get(arg) {
+            Some(Value::String(u)) => vec![u.trim().to_string()],
+            Some(Value::Array(items)) => match items
+                .iter()
+                .map(|v| v.as_str().map(|u| u.trim().to_string()))
+                .collect::<Option<Vec<_>>>()
+            {
+                Some(urls) => urls,
+                None => return tool_error(tools, not_strings()),
+            },
+            None | Some(Value::Null) => {
+                return tool_error(
+                    tools,
+                    format!("the call to \"{}\" has no \"{arg}\" argument", tools.visit),
+                )
+            }
+            Some(_) => return tool_error(tools, not_strings()),
+        };
+        let mut urls: Vec<String> = urls.into_iter().filter(|u| !u.is_empty()).collect();
+        if urls.is_empty() {
+            return tool_error(tools, format!("\"{arg}\" holds no URL"));
+        }
+        // Pages per call are capped like queries.
+        urls.truncate(self.max_queries);
+        let goal = invocation
+            .arguments
+            .get(&tools.goal_argument)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        CallPlan::Visit { urls, goal }
+    }
+
+    /// A call of the search function: its queries, each cleaned as a tag
+    /// query is, capped at `max_queries` (with a note on what was dropped);
+    /// or the profile's error text when the query argument is missing, not a
+    /// string or array of strings, or holds no query once cleaned.
+    fn plan_search(&self, tools: &Tools, invocation: &Invocation) -> CallPlan {
         let arg = &tools.query_argument;
+        let not_strings = || format!("\"{arg}\" must be a string or an array of strings");
         let raw: Vec<&str> = match invocation.arguments.get(arg) {
             None | Some(Value::Null) => {
-                return error(format!(
-                    "the call to \"{}\" has no \"{arg}\" argument",
-                    tools.search
-                ))
+                return tool_error(
+                    tools,
+                    format!("the call to \"{}\" has no \"{arg}\" argument", tools.search),
+                )
             }
             Some(Value::String(q)) => vec![q.as_str()],
             Some(Value::Array(items)) => {
                 let strings: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
                 match strings {
                     Some(s) => s,
-                    None => {
-                        return error(format!("\"{arg}\" must be a string or an array of strings"))
-                    }
+                    None => return tool_error(tools, not_strings()),
                 }
             }
-            Some(_) => return error(format!("\"{arg}\" must be a string or an array of strings")),
+            Some(_) => return tool_error(tools, not_strings()),
         };
         let mut cleaned = CleanedQueries::default();
         for q in raw {
@@ -133,7 +144,7 @@ impl Profile {
             cleaned.notes.extend(one.notes);
         }
         if cleaned.queries.is_empty() {
-            return error(format!("\"{arg}\" holds no query"));
+            return tool_error(tools, format!("\"{arg}\" holds no query"));
         }
         if cleaned.queries.len() > self.max_queries {
             cleaned.notes.push(format!(
@@ -239,6 +250,15 @@ impl Profile {
 /// Model-written text echoed back into a response carries no control tag.
 fn defuse_all(profile: &Profile, text: &str, also: &[String]) -> String {
     super::defuse(&profile.neutralise(text), also).into_owned()
+}
+
+/// The reply to a call that cannot run: the profile's `tools.error` text
+/// with `reason` as its `{error}`, and `reason` itself for the trace.
+fn tool_error(tools: &Tools, reason: String) -> CallPlan {
+    CallPlan::Reply {
+        text: tools.error.render(&[("error", &reason)]),
+        reason,
+    }
 }
 
 fn function_names(tools: &Tools) -> Vec<String> {

@@ -8,7 +8,7 @@ use super::{
     RoundRecord,
 };
 use crate::engine::EngineFinish;
-use crate::profile::{CallPlan, PromptText, RoundCap, ToolResult};
+use crate::profile::{CallPlan, Profile, PromptText, RoundCap, ToolResult};
 use crate::scanner::{Region, RoundEnd, ScanEvent, TagKind};
 use crate::toolcall::{parse_turn, ToolCall};
 
@@ -74,29 +74,8 @@ impl Rollout<'_> {
             Some(_) => false,
         };
         if profile.tools.is_some() && turn_ended && !self.answer.started {
-            let mut calls = parse_turn(kept, &profile.query_open, &profile.query_close);
-            if let Some(tools) = profile.tools.as_ref().filter(|t| t.calls_per_turn > 0) {
-                calls.truncate(tools.calls_per_turn);
-            }
-            let client = &self.request.client_tools;
-            let for_client: Vec<&ToolCall> = calls
-                .iter()
-                .filter(|c| matches!(&c.parsed, Ok(call) if client.has(&call.name)))
-                .collect();
-            if !for_client.is_empty() {
-                // The client runs these: the rollout ends here. Calls of
-                // seeker's own functions in the same turn are not run.
-                let take = if client.parallel { for_client.len() } else { 1 };
-                self.client_calls = for_client
-                    .into_iter()
-                    .take(take)
-                    .filter_map(|c| c.parsed.as_ref().ok())
-                    .map(|call| ClientCall {
-                        id: format!("call_{}", uuid::Uuid::new_v4().simple()),
-                        name: call.name.clone(),
-                        arguments: serde_json::Value::Object(call.arguments.clone()).to_string(),
-                    })
-                    .collect();
+            let calls = turn_calls(&profile, kept);
+            if self.take_client_calls(&calls) {
                 self.transcript.push_str(kept);
                 self.record(number, RoundOutcome::ToolCalls, tokens);
                 return Ok(Some(FinishReason::ToolCalls));
@@ -107,58 +86,10 @@ impl Rollout<'_> {
         }
         match end {
             Some(RoundEnd::Query(raw)) if !self.answer.started => {
-                self.transcript
-                    .push_str(&profile.round_text(kept, &profile.query_close));
-                if self.calls >= profile.max_searches {
-                    // The round cap: this final round's search call is not run.
-                    self.record(number, RoundOutcome::Search, tokens);
-                    return Ok(Some(FinishReason::Length));
-                }
-                self.calls += 1;
-                let cleaned = profile.clean_queries(&raw);
-                if cleaned.queries.is_empty() {
-                    self.record(number, RoundOutcome::NoQuery, tokens);
-                    if profile.no_query.is_empty() {
-                        return Ok(Some(FinishReason::Stop));
-                    }
-                    self.splice(profile.no_query.clone()).await?;
-                } else {
-                    let splice = self.search(number, cleaned.queries, cleaned.notes).await?;
-                    self.searches += 1;
-                    if let Some(last) = self.rounds.last_mut() {
-                        last.tokens_generated = tokens;
-                    }
-                    self.splice(splice).await?;
-                }
-                if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
-                    return Ok(Some(FinishReason::Length));
-                }
-                Ok(None)
+                self.query_round(number, kept, &raw, tokens).await
             }
             Some(RoundEnd::Page(raw)) if !self.answer.started => {
-                let close = profile.pages.as_ref().map_or("", |p| p.close.as_str());
-                self.transcript.push_str(&profile.round_text(kept, close));
-                if self.calls >= profile.max_searches {
-                    // The round cap: this final round's page action is not run.
-                    self.record(number, RoundOutcome::Page, tokens);
-                    return Ok(Some(FinishReason::Length));
-                }
-                self.calls += 1;
-                let target = raw.trim();
-                if target.is_empty() {
-                    // Nothing to open: the policy's text for a page it cannot
-                    // read, as ASearcher answers an empty page.
-                    self.record(number, RoundOutcome::NoQuery, tokens);
-                    let specials = self.ctx.engine.special_tokens();
-                    let text = profile.page_failed("", "the page action names no page", specials);
-                    self.splice(text).await?;
-                } else {
-                    self.open_page(number, target, tokens).await?;
-                }
-                if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
-                    return Ok(Some(FinishReason::Length));
-                }
-                Ok(None)
+                self.page_round(number, kept, &raw, tokens).await
             }
             Some(RoundEnd::Answer(_)) | Some(RoundEnd::Query(_)) | Some(RoundEnd::Page(_)) => {
                 // An answer, or a search call after answer text was already
@@ -169,17 +100,7 @@ impl Rollout<'_> {
             }
             Some(RoundEnd::Pause) => Ok(None),
             Some(RoundEnd::Unmatched(_)) | Some(RoundEnd::DocumentsOpened) => {
-                self.transcript.push_str(kept);
-                self.record(number, RoundOutcome::InvalidAction, tokens);
-                if profile.invalid_action.is_empty()
-                    || self.answer.started
-                    || self.calls >= profile.max_searches
-                {
-                    return Ok(Some(FinishReason::Stop));
-                }
-                self.calls += 1;
-                self.splice(profile.invalid_action.clone()).await?;
-                Ok(None)
+                self.invalid_action_round(number, kept, tokens).await
             }
             None => {
                 self.transcript.push_str(kept);
@@ -191,6 +112,140 @@ impl Rollout<'_> {
                 Ok(Some(reason))
             }
         }
+    }
+
+    /// Keeps, as `client_calls`, the calls in `calls` of the
+    /// client's own functions (all of them when the client allows parallel
+    /// calls, else the first), each with a fresh id; returns whether there
+    /// were any. The client runs these, so the rollout ends with the turn;
+    /// calls of seeker's own functions in the same turn are not run.
+    fn take_client_calls(&mut self, calls: &[ToolCall]) -> bool {
+        let client = &self.request.client_tools;
+        let for_client: Vec<&ToolCall> = calls
+            .iter()
+            .filter(|c| matches!(&c.parsed, Ok(call) if client.has(&call.name)))
+            .collect();
+        if for_client.is_empty() {
+            return false;
+        }
+        let take = if client.parallel { for_client.len() } else { 1 };
+        self.client_calls = for_client
+            .into_iter()
+            .take(take)
+            .filter_map(|c| c.parsed.as_ref().ok())
+            .map(|call| ClientCall {
+                id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+                name: call.name.clone(),
+                arguments: serde_json::Value::Object(call.arguments.clone()).to_string(),
+            })
+            .collect();
+        true
+    }
+
+    /// A round that ended in a search call with the `raw` query text: keeps
+    /// the round's text, then (below the search cap) searches the cleaned
+    /// queries and splices the documents, or splices the profile's no-query
+    /// text. `Some(reason)` ends the rollout: at the cap, with no query and
+    /// no no-query text, or at the cap after this search when the profile
+    /// stops there.
+    async fn query_round(
+        &mut self,
+        number: usize,
+        kept: &str,
+        raw: &str,
+        tokens: usize,
+    ) -> Result<Option<FinishReason>, RolloutError> {
+        let profile = Arc::clone(&self.ctx.profile);
+        self.transcript
+            .push_str(&profile.round_text(kept, &profile.query_close));
+        if self.calls >= profile.max_searches {
+            // The round cap: this final round's search call is not run.
+            self.record(number, RoundOutcome::Search, tokens);
+            return Ok(Some(FinishReason::Length));
+        }
+        self.calls += 1;
+        let cleaned = profile.clean_queries(raw);
+        if cleaned.queries.is_empty() {
+            self.record(number, RoundOutcome::NoQuery, tokens);
+            if profile.no_query.is_empty() {
+                return Ok(Some(FinishReason::Stop));
+            }
+            self.splice(profile.no_query.clone()).await?;
+        } else {
+            let splice = self.search(number, cleaned.queries, cleaned.notes).await?;
+            self.searches += 1;
+            if let Some(last) = self.rounds.last_mut() {
+                last.tokens_generated = tokens;
+            }
+            self.splice(splice).await?;
+        }
+        if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
+            return Ok(Some(FinishReason::Length));
+        }
+        Ok(None)
+    }
+
+    /// A round that ended in a page action naming `raw`: keeps the round's
+    /// text, then (below the call cap) opens the page and splices its first
+    /// chunk, or splices the profile's failed-page text when it names none.
+    /// `Some(reason)` ends the rollout: at the cap, or at the cap after this
+    /// action when the profile stops there.
+    async fn page_round(
+        &mut self,
+        number: usize,
+        kept: &str,
+        raw: &str,
+        tokens: usize,
+    ) -> Result<Option<FinishReason>, RolloutError> {
+        let profile = Arc::clone(&self.ctx.profile);
+        let close = profile.pages.as_ref().map_or("", |p| p.close.as_str());
+        self.transcript.push_str(&profile.round_text(kept, close));
+        if self.calls >= profile.max_searches {
+            // The round cap: this final round's page action is not run.
+            self.record(number, RoundOutcome::Page, tokens);
+            return Ok(Some(FinishReason::Length));
+        }
+        self.calls += 1;
+        let target = raw.trim();
+        if target.is_empty() {
+            // Nothing to open: the policy's text for a page it cannot
+            // read, as ASearcher answers an empty page.
+            self.record(number, RoundOutcome::NoQuery, tokens);
+            let specials = self.ctx.engine.special_tokens();
+            let text = profile.page_failed("", "the page action names no page", specials);
+            self.splice(text).await?;
+        } else {
+            self.open_page(number, target, tokens).await?;
+        }
+        if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
+            return Ok(Some(FinishReason::Length));
+        }
+        Ok(None)
+    }
+
+    /// A round that ended in a tag the profile does not act on (or in the
+    /// document block the policy started writing itself): keeps its text and
+    /// splices the profile's invalid-action text, which counts as a call.
+    /// `Some(FinishReason::Stop)` when the profile has no such text, answer
+    /// text was already streamed, or the call cap is reached.
+    async fn invalid_action_round(
+        &mut self,
+        number: usize,
+        kept: &str,
+        tokens: usize,
+    ) -> Result<Option<FinishReason>, RolloutError> {
+        let profile = Arc::clone(&self.ctx.profile);
+        self.transcript.push_str(kept);
+        self.record(number, RoundOutcome::InvalidAction, tokens);
+        if profile.invalid_action.is_empty()
+            || self.answer.started
+            || self.calls >= profile.max_searches
+        {
+            return Ok(Some(FinishReason::Stop));
+        }
+        self.calls += 1;
+        self.splice(profile.invalid_action.clone()).await?;
+        Ok(None)
     }
 
     /// A turn of tool calls: every search call's queries are searched at once
@@ -425,4 +480,14 @@ impl Rollout<'_> {
         }
         Ok(None)
     }
+}
+
+/// The calls in a tool-calling policy's finished turn `kept`, at most
+/// `tools.calls_per_turn` of them when the profile caps them.
+fn turn_calls(profile: &Profile, kept: &str) -> Vec<ToolCall> {
+    let mut calls = parse_turn(kept, &profile.query_open, &profile.query_close);
+    if let Some(tools) = profile.tools.as_ref().filter(|t| t.calls_per_turn > 0) {
+        calls.truncate(tools.calls_per_turn);
+    }
+    calls
 }
