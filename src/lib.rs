@@ -33,9 +33,10 @@
 //!   `search` (its queries at once, pages, splices); `resume` (a client's
 //!   transcript continued), `answer` (the streamed answer, `stop` strings),
 //!   `types` (requests, events, outcomes).
-//! - [`profile`]: policy profiles (`config/policies/*.toml`): `load` (schema and
-//!   validation), `text` (prompt, queries, splices, `defuse`) and `tools`
-//!   (tool calls' queries and responses). Data, not code.
+//! - [`profile`]: policy profiles (`config/policies/*.toml`): `load` (loading
+//!   and validation), `schema` (the TOML schema), `text` (prompt, queries,
+//!   splices, `defuse`) and `tools` (tool calls' queries and responses).
+//!   Data, not code.
 //! - [`scanner`]: the tag scanner, a pure state machine over generated text.
 //! - [`toolcall`]: tool calls in a finished turn (`<tool_call>` JSON, fenced
 //!   or bare call objects), a pure function for tool-calling profiles.
