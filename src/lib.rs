@@ -154,4 +154,27 @@ mod layout {
         }
         assert!(missing.is_empty(), "{}", missing.join("\n"));
     }
+
+    /// Issue 29's bound: a source file holds one job, at most 600 lines of
+    /// code before its test module (the first `#[cfg(test)]` followed by a
+    /// `mod` line).
+    #[test]
+    fn no_source_file_is_over_600_lines_before_its_tests() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        sources(&root.join("src"), &mut files);
+        let mut long = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).expect("source reads");
+            let lines: Vec<&str> = text.lines().collect();
+            let code = lines
+                .windows(2)
+                .position(|w| w[0] == "#[cfg(test)]" && w[1].starts_with("mod "))
+                .unwrap_or(lines.len());
+            if code > 600 {
+                long.push(format!("{}: {code} lines", file.display()));
+            }
+        }
+        assert!(long.is_empty(), "{}", long.join("\n"));
+    }
 }
