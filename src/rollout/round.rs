@@ -142,6 +142,15 @@ impl Rollout<'_> {
         true
     }
 
+    /// After a call's splice: `length` when the call cap is reached and the
+    /// profile stops there (`on_round_cap = "stop"`), else the rollout goes
+    /// on.
+    fn stop_at_cap(&self) -> Option<FinishReason> {
+        let profile = &self.ctx.profile;
+        (self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop)
+            .then_some(FinishReason::Length)
+    }
+
     /// A round that ended in a search call with the `raw` query text: keeps
     /// the round's text, then (below the search cap) searches the cleaned
     /// queries and splices the documents, or splices the profile's no-query
@@ -179,10 +188,7 @@ impl Rollout<'_> {
             }
             self.splice(splice).await?;
         }
-        if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
-            return Ok(Some(FinishReason::Length));
-        }
-        Ok(None)
+        Ok(self.stop_at_cap())
     }
 
     /// A round that ended in a page action naming `raw`: keeps the round's
@@ -217,10 +223,7 @@ impl Rollout<'_> {
         } else {
             self.open_page(number, target, tokens).await?;
         }
-        if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
-            return Ok(Some(FinishReason::Length));
-        }
-        Ok(None)
+        Ok(self.stop_at_cap())
     }
 
     /// A round that ended in a tag the profile does not act on (or in the
@@ -347,10 +350,7 @@ impl Rollout<'_> {
         let refs: Vec<&ToolCall> = calls.iter().collect();
         let splice = profile.render_tool_splice(&refs, &results, self.ctx.engine.special_tokens());
         self.splice(splice).await?;
-        if self.calls >= profile.max_searches && profile.on_round_cap == RoundCap::Stop {
-            return Ok(Some(FinishReason::Length));
-        }
-        Ok(None)
+        Ok(self.stop_at_cap())
     }
 
     /// Whether a prompt over the context `limit` (in tokens) is so because of

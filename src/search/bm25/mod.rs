@@ -235,26 +235,31 @@ impl Bm25Index {
         let query = BooleanQuery::new(clauses);
         let searcher = self.reader.searcher();
         let top = searcher.search(&query, &TopDocs::with_limit(k).order_by_score())?;
-        let text_of = |doc: &TantivyDocument, field: Field| {
-            doc.get_first(field)
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_string()
-        };
         top.into_iter()
-            .map(|(score, address)| {
-                let doc: TantivyDocument = searcher.doc(address)?;
-                let url = text_of(&doc, self.fields.url);
-                Ok(Document {
-                    id: text_of(&doc, self.fields.id),
-                    title: text_of(&doc, self.fields.title),
-                    text: text_of(&doc, self.fields.text),
-                    url: (!url.is_empty()).then_some(url),
-                    score,
-                    backend: BACKEND_NAME.to_string(),
-                })
-            })
+            .map(|(score, address)| self.document(&searcher, address, score))
             .collect()
+    }
+
+    /// The stored document at `address` as a search result scored `score`.
+    ///
+    /// # Errors
+    /// Only tantivy I/O errors on a damaged index.
+    fn document(
+        &self,
+        searcher: &tantivy::Searcher,
+        address: DocAddress,
+        score: f32,
+    ) -> Result<Document, IndexError> {
+        let doc: TantivyDocument = searcher.doc(address)?;
+        let url = text_of(&doc, self.fields.url);
+        Ok(Document {
+            id: text_of(&doc, self.fields.id),
+            title: text_of(&doc, self.fields.title),
+            text: text_of(&doc, self.fields.text),
+            url: (!url.is_empty()).then_some(url),
+            score,
+            backend: BACKEND_NAME.to_string(),
+        })
     }
 }
 
@@ -291,30 +296,23 @@ impl Bm25Index {
     pub fn documents_at(&self, rows: &[(usize, f32)]) -> Result<Vec<Document>, IndexError> {
         let all = self.rows();
         let searcher = self.reader.searcher();
-        let text_of = |doc: &TantivyDocument, field: Field| {
-            doc.get_first(field)
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_string()
-        };
         let mut out = Vec::with_capacity(rows.len());
         for &(row, score) in rows {
             let Some(address) = all.get(row) else {
                 continue;
             };
-            let doc: TantivyDocument = searcher.doc(*address)?;
-            let url = text_of(&doc, self.fields.url);
-            out.push(Document {
-                id: text_of(&doc, self.fields.id),
-                title: text_of(&doc, self.fields.title),
-                text: text_of(&doc, self.fields.text),
-                url: (!url.is_empty()).then_some(url),
-                score,
-                backend: BACKEND_NAME.to_string(),
-            });
+            out.push(self.document(&searcher, *address, score)?);
         }
         Ok(out)
     }
+}
+
+/// A stored field's text (empty when the document has none).
+fn text_of(doc: &TantivyDocument, field: Field) -> String {
+    doc.get_first(field)
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string()
 }
 
 /// A corpus document opened whole by a page action.
@@ -344,12 +342,6 @@ impl Bm25Index {
             return Ok(None);
         }
         let searcher = self.reader.searcher();
-        let text_of = |doc: &TantivyDocument, field: Field| {
-            doc.get_first(field)
-                .and_then(|v| v.as_str())
-                .unwrap_or("")
-                .to_string()
-        };
         let by_id = TermQuery::new(
             Term::from_field_text(self.fields.id, locator),
             IndexRecordOption::Basic,
