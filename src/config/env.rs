@@ -51,6 +51,14 @@ fn env_value(default: &serde_json::Value, raw: &str) -> Result<figment::value::V
             .parse::<bool>()
             .map(Value::from)
             .map_err(|_| format!("expected true or false, got {raw:?}")),
+        // A setting whose default is fractional (`search.hybrid.rrf_k`) takes
+        // any finite number; the others are counts.
+        serde_json::Value::Number(n) if n.is_f64() => raw
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite())
+            .map(Value::from)
+            .ok_or_else(|| format!("expected a number, got {raw:?}")),
         serde_json::Value::Number(_) => raw
             .parse::<u64>()
             .map(Value::from)
@@ -127,5 +135,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("missing.toml"), "{err}");
+    }
+
+    /// A fractional setting takes a decimal from the environment; a count
+    /// still refuses one, and a non-number is named as such.
+    #[test]
+    fn fractional_settings_take_decimals_from_the_environment() {
+        let config = Config::load(
+            None,
+            env(&[
+                ("SEEKER_SEARCH__HYBRID__RRF_K", "0.5"),
+                ("SEEKER_SEARCH__HYBRID__BM25_WEIGHT", "2"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(config.search.hybrid.rrf_k, 0.5);
+        assert_eq!(config.search.hybrid.bm25_weight, 2.0);
+        for (var, raw, expected) in [
+            ("SEEKER_SEARCH__HYBRID__RRF_K", "many", "expected a number"),
+            ("SEEKER_SEARCH__HYBRID__RRF_K", "inf", "expected a number"),
+            (
+                "SEEKER_SERVER__PORT",
+                "80.5",
+                "expected a non-negative integer",
+            ),
+        ] {
+            let err = Config::load(None, env(&[(var, raw)]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(var) && err.contains(expected),
+                "{var}={raw}: {err}"
+            );
+        }
     }
 }
