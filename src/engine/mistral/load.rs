@@ -18,7 +18,7 @@ use mistralrs::{
 };
 
 use super::reuse_state::{flush, FlushReason, Reuse};
-use super::{ActivationDtype, MistralConfig, MistralEngine};
+use super::{ActivationDtype, MistralConfig, MistralEngine, LOG_TARGET};
 use crate::engine::chat_template::ChatTemplate;
 use crate::engine::prepare::ensure_prepared;
 use crate::engine::EngineError;
@@ -34,7 +34,8 @@ impl ActivationDtype {
     }
 }
 
-/// What [`load_pipeline`] reads from the GGUF beside the model.
+/// What [`load_pipeline`] returns: the pipeline, and the GGUF's control
+/// tokens and chat template.
 type Loaded = (
     Arc<tokio::sync::Mutex<dyn Pipeline + Send + Sync>>,
     Vec<String>,
@@ -64,7 +65,7 @@ impl MistralEngine {
         // The flush relies on candle's bounds check, which CUDA lacks.
         let cuda = cfg!(feature = "cuda");
         if cuda && config.prefix_cache && !config.naive_prefix_cache {
-            tracing::warn!("prefix reuse is CPU-only for now; off on CUDA");
+            tracing::warn!(target: LOG_TARGET, "prefix reuse is CPU-only for now; off on CUDA");
         }
         let reuse = if config.prefix_cache && !config.naive_prefix_cache && !cuda {
             Some(Arc::new(Reuse::load(config).await?))
@@ -108,6 +109,7 @@ async fn prepared_weights(config: &MistralConfig) -> Result<PathBuf, EngineError
         .map_err(|e| EngineError::Load(format!("prepare thread failed: {e}")))?;
     Ok(prepared.unwrap_or_else(|e| {
         tracing::warn!(
+            target: LOG_TARGET,
             error = %format!("{e:#}"),
             weights = ?weights,
             "cannot prepare the weights; loading the GGUF as it is (slower)"
@@ -138,7 +140,7 @@ async fn load_pipeline(config: &MistralConfig, gguf: &Path) -> Result<Loaded, En
         // seeker's own rendering of the same template, for prompts with
         // tools (mistral.rs's tojson is minijinja's, not Python's).
         let template = ChatTemplate::from_gguf(&tokens_from)
-            .map_err(|e| tracing::warn!("tools cannot be rendered: {e}"))
+            .map_err(|e| tracing::warn!(target: LOG_TARGET, "tools cannot be rendered: {e}"))
             .ok()
             .map(Arc::new);
         let loader = GGUFLoaderBuilder::new(

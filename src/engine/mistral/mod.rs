@@ -4,8 +4,8 @@
 //! Facts this module is built around (read from mistral.rs 0.8.1 and measured;
 //! numbers in `bench/README.md`):
 //! - The high-level `GgufModelBuilder` always picks the activation dtype itself
-//!   (F16 on CPU, 2x slower than F32 here); the lower-level loader used below
-//!   takes an explicit [`ModelDType`].
+//!   (F16 on CPU, 2x slower than F32 here); the lower-level loader `load.rs`
+//!   uses takes an explicit `mistralrs::ModelDType`.
 //! - A partial assistant turn is continued with a completion request on token
 //!   ids (`RequestMessage::CompletionTokens`): chat requests always open a new
 //!   assistant turn.
@@ -34,7 +34,6 @@
 //! - A last token that ends inside a UTF-8 character gets no chunk, so a token
 //!   budget ending there closes the stream without a finish reason: read as
 //!   `length` while the engine still takes requests (issue 18).
-
 //!
 //! Files: `load` (the GGUF to a running model), `reuse_state` (prefix reuse
 //! at run time: admission, records, the flush, rounds for token-level
@@ -63,6 +62,10 @@ use crate::metrics::Metrics;
 use reuse_state::{Pending, Reuse};
 pub use reuse_state::{FLUSH_ERROR_MARK, FLUSH_TOKEN};
 use stream::{completion_request, submit, Forward};
+
+/// The target of this module's log events, in every file of it (what log
+/// filters and readers saw before the module was split).
+const LOG_TARGET: &str = module_path!();
 
 /// Activation dtype for the embedded model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -94,7 +97,7 @@ pub struct MistralConfig {
     /// ([`super::reuse`]). On in seeker's default configuration.
     pub prefix_cache: bool,
     /// Most MiB of KV rows the prefix cache may hold; past it the cache is
-    /// emptied (seeker's count, [`PrefixTracker`]).
+    /// emptied (seeker's count, [`super::reuse::PrefixTracker`]).
     pub prefix_cache_mib: usize,
     /// Tests and probes only: mistral.rs's prefix cache as it is, without
     /// seeker's sentinels and flushes (the zero-row bug of
@@ -319,6 +322,7 @@ impl Engine for MistralEngine {
             .filter(|_| self.reuse.as_ref().is_some_and(|r| r.continues_rounds()))
             .map(|s| (s, prompt.to_string()));
         tokio::spawn(async move {
+            let mut forward = forward;
             let Some(failed) = forward.run().await else {
                 return;
             };
@@ -328,6 +332,10 @@ impl Engine for MistralEngine {
                     .await;
                 drop(pending);
             }
+            // The stream closes only now: a consumer that waits for its end
+            // (the gate's slot) lets the next generation in after this one is
+            // recorded.
+            drop(forward);
         });
         Ok(Generation {
             prompt_tokens,

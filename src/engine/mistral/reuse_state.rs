@@ -4,9 +4,9 @@
 //! that empties the cache, and each rollout's last round for token-level
 //! continuation ([`crate::engine::continued`]).
 //!
-//! Seam: [`super::MistralEngine`]'s `generate` and the log-prob probe call
-//! `admit`, `sentinel` and `prompt_ids` before a sequence and
-//! [`Reuse::end_sequence`] after it; [`super::load`] builds [`Reuse`] and
+//! Seam: [`super::MistralEngine`]'s `generate` calls `prompt_ids`, `admit`
+//! and `sentinel` before a sequence and [`Reuse::end_sequence`] after it (the
+//! log-prob probe the same, with a plain tokenization); [`super::load`] builds [`Reuse`] and
 //! flushes the warm-up run's entry.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use mistralrs::{NormalRequest, Response, SamplingParams, StopTokens};
 
 use super::stream::{completion_request, submit};
-use super::{ActivationDtype, MistralConfig, MistralEngine};
+use super::{ActivationDtype, MistralConfig, MistralEngine, LOG_TARGET};
 use crate::engine::continued;
 use crate::engine::reuse::{capacity_rows, Forced, PrefixTracker, Sentinel, Sentinels};
 use crate::engine::vocab::{self, Vocab};
@@ -138,6 +138,7 @@ impl Reuse {
         .map_err(|e| EngineError::Load(format!("prefix reuse: {e:#}")))?;
         let (vocab, sentinels, bytes_per_row) = loaded;
         tracing::info!(
+            target: LOG_TARGET,
             stop = %sentinels.stop.1,
             mark = %sentinels.mark.1,
             eos = ?vocab.eos,
@@ -285,6 +286,7 @@ impl Reuse {
                 }
                 _ => {
                     tracing::warn!(
+                        target: LOG_TARGET,
                         generated = generated.len(),
                         "mistral.rs ended a sequence on a token seeker did not foresee; the prefix cache is emptied before the next request"
                     );
@@ -299,7 +301,7 @@ impl Reuse {
         drop(admitted);
         if over {
             if let Err(e) = flush(model, self, FlushReason::Budget).await {
-                tracing::warn!(error = %e, "prefix cache flush failed");
+                tracing::warn!(target: LOG_TARGET, error = %e, "prefix cache flush failed");
             }
         }
     }
@@ -374,6 +376,7 @@ pub(super) async fn flush(
             .inc();
     }
     tracing::info!(
+        target: LOG_TARGET,
         reason = reason.label(),
         freed_mib = freed as f64 / (1 << 20) as f64,
         ms = started.elapsed().as_millis() as u64,

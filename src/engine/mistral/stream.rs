@@ -2,9 +2,9 @@
 //! token ids, and reading its responses as [`EngineEvent`]s for the rollout.
 //!
 //! Seam: [`super::MistralEngine`]'s `generate` builds a [`Forward`] and runs
-//! it on a task of its own; the flush and the log-prob probe
-//! ([`super::reuse_state`], [`super::probe`]) use [`completion_request`],
-//! [`submit`] and [`response_error`] directly.
+//! it on a task of its own; the flush ([`super::reuse_state`]) uses
+//! [`completion_request`] and [`submit`] directly, and the log-prob probe
+//! (`probe.rs`) those and [`response_error`].
 
 use std::sync::Arc;
 
@@ -133,7 +133,7 @@ impl Forward {
     /// Forwards the sequence to its end. Returns whether it ended with an
     /// engine error, or `None` when the consumer left and the sequence was
     /// cancelled by dropping it (only without a sentinel).
-    pub(super) async fn run(mut self) -> Option<bool> {
+    pub(super) async fn run(&mut self) -> Option<bool> {
         if let Some(prompt) = self.prompt.take() {
             let _ = self.tx.send(Ok(prompt)).await;
         }
