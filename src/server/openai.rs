@@ -220,7 +220,7 @@ pub struct ChatMessage {
 
 /// Roles seeker accepts; `developer` is treated as `system`; `tool`
 /// carries a client function's result.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum MessageRole {
     System,
@@ -462,12 +462,18 @@ pub struct Choice {
     pub finish_reason: FinishReason,
 }
 
+/// The role of every message seeker returns: `assistant`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum AssistantRole {
+    Assistant,
+}
+
 /// The assistant message: the answer in `content`, the trace (reasoning,
 /// search calls and spliced documents) in `reasoning_content`.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResponseMessage {
-    /// Always `assistant`.
-    pub role: MessageRole,
+    pub role: AssistantRole,
     /// The answer; `null` when the message is a turn of function calls.
     pub content: Option<String>,
     pub reasoning_content: String,
@@ -534,9 +540,9 @@ pub struct ChunkChoice {
 
 #[derive(Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Delta {
-    /// `assistant`, in the first chunk only.
+    /// In the first chunk only.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub role: Option<MessageRole>,
+    pub role: Option<AssistantRole>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -15,9 +15,9 @@
 
 use super::citations;
 use super::openai::{
-    ChatAnnotation, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice, Citation, Delta,
-    DeltaToolCall, FunctionCall, MessageRole, ResponseMessage, SearchHit, SeekerChunk, SeekerEvent,
-    SeekerInfo, ToolCallObject, Usage,
+    AssistantRole, ChatAnnotation, ChatCompletion, ChatCompletionChunk, Choice, ChunkChoice,
+    Citation, Delta, DeltaToolCall, FunctionCall, ResponseMessage, SearchHit, SeekerChunk,
+    SeekerEvent, SeekerInfo, ToolCallObject, Usage,
 };
 use crate::rollout::{FinishReason, RolloutEvent, RolloutOutcome};
 
@@ -74,7 +74,7 @@ impl ChunkWriter {
     /// The first chunk: `delta.role = "assistant"`.
     pub fn role(&self) -> ChatCompletionChunk {
         let delta = Delta {
-            role: Some(MessageRole::Assistant),
+            role: Some(AssistantRole::Assistant),
             ..Delta::default()
         };
         self.delta(delta, None, None)
@@ -258,7 +258,7 @@ pub(crate) fn completion(
         choices: vec![Choice {
             index: 0,
             message: ResponseMessage {
-                role: MessageRole::Assistant,
+                role: AssistantRole::Assistant,
                 content: (!(calls && outcome.answer.is_empty())).then(|| outcome.answer.clone()),
                 tool_calls: calls.then(|| tool_calls(outcome)),
                 reasoning_content: reasoning,
