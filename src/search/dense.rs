@@ -14,7 +14,7 @@
 //! `search.dense.approximate_above` rows; a larger corpus also gets an HNSW
 //! graph at build ([`super::ann`]), which open loads instead of the vectors.
 //! `bench/README.md` has the figures. The `hybrid` backend, which fuses
-//! this one with BM25, is [`super::hybrid`] (re-exported here).
+//! this one with BM25, is [`super::hybrid`].
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -29,7 +29,6 @@ use serde::{Deserialize, Serialize};
 use super::ann::{Approximate, HnswParams};
 use super::bm25::{Bm25Index, IndexError};
 use super::embed::{EmbedError, Embedder, EncoderSpec};
-pub use super::hybrid::{fuse, HybridBackend, HybridConfig};
 use super::{Document, SearchBackend, SearchError};
 
 /// Directory of the dense index inside a BM25 index directory.

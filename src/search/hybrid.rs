@@ -3,8 +3,7 @@
 //!
 //! Seam: built by the search setup from two [`SearchBackend`]s (the BM25
 //! index's and [`super::dense::DenseBackend`]) and `[search.hybrid]`; called
-//! by the dispatcher like any backend. Also re-exported from
-//! [`super::dense`].
+//! by the dispatcher like any backend.
 
 use std::collections::HashMap;
 use std::sync::Arc;

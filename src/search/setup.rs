@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::dispatch::{BackendLimits, DispatchConfig, Dispatcher};
-use super::{bm25, dense, embed, flashrag, r1searcher, retriever, web, SearchBackend};
+use super::{bm25, dense, embed, flashrag, hybrid, r1searcher, retriever, web, SearchBackend};
 use crate::config::{BackendKind, PagesConfig, SearchConfig};
 use crate::pages::PageReader;
 
@@ -174,7 +174,7 @@ fn add_dense(
             tracing::info!(model = %model.display(), rows, search, "dense index ready (backends dense, hybrid)");
             let bm25: Arc<dyn SearchBackend> = Arc::new(bm25::Bm25Backend::new(Arc::clone(index)));
             let hybrid =
-                dense::HybridBackend::new(bm25, Arc::clone(&dense_backend), config.hybrid.clone());
+                hybrid::HybridBackend::new(bm25, Arc::clone(&dense_backend), config.hybrid.clone());
             if !config.backends.contains_key("dense") {
                 d.add("dense", dense_backend, limits.clone());
             }

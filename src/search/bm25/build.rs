@@ -6,7 +6,7 @@
 //! manifest are the parent module's ([`super::Bm25Index`] opens the result).
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -41,10 +41,6 @@ struct Target {
 /// # Errors
 /// [`IndexError::NotAnIndex`] for a directory with other files in it; I/O.
 fn build_target(index_dir: &Path) -> Result<Target, IndexError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |error| IndexError::Io { path, error }
-    };
     let replaces_index = match std::fs::read_dir(index_dir) {
         Ok(mut entries) => {
             if index_dir.join(MANIFEST_FILE).is_file() {
@@ -94,10 +90,6 @@ pub fn build_index(
     mut on_progress: impl FnMut(u64),
 ) -> Result<IndexStats, IndexError> {
     let started = Instant::now();
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |error| IndexError::Io { path, error }
-    };
     let file = File::open(corpus).map_err(io(corpus))?;
     let Target {
         replaces_index,
@@ -183,15 +175,15 @@ pub fn build_index(
 /// # Errors
 /// I/O errors reading `path`.
 pub fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = File::open(path)?;
     let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
+    std::io::copy(&mut File::open(path)?, &mut hasher)?;
     Ok(format!("{:x}", hasher.finalize()))
+}
+
+/// The [`IndexError::Io`] for an I/O error on `path`.
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> IndexError + '_ {
+    move |error| IndexError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
 }
