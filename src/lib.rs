@@ -14,7 +14,8 @@
 //! exceptions today: [`config`] names the engine, search and page settings
 //! it validates, and `search::setup` and `server::{ops, state}` read it;
 //! [`logging`] names the embedded engine's flush step it filters; [`profile`]
-//! uses the engine's chat turn and the search document types.
+//! uses the engine's chat turn, the search document types, the page type of
+//! [`pages`] and the scanner's tag set.
 //!
 //! - [`startup`]: the composition root: config → profiles, dispatcher, HTTP
 //!   state, listener, the engine (embedded, loaded in the background, or

@@ -185,7 +185,9 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 /// Where the chat template comes from, checked before the server listens:
 /// the remote engine's `model.tokenizer_config` when set, otherwise the
 /// GGUF, which must be a file and a usable model (fail before listening when
-/// the model file is missing, not after).
+/// the model file is missing, not after). Both engines get the check; only
+/// the remote engine reads the template from the source returned (the
+/// embedded engine reads its own with the model).
 ///
 /// # Errors
 /// A missing or unusable GGUF, with the setting to change.

@@ -2,8 +2,8 @@
 //! `SEEKER_<SECTION>__<KEY>` environment variables, then by command-line flags.
 //! Unknown keys are errors. Relative paths are relative to the working directory.
 //!
-//! This module holds [`Config`], [`ConfigError`], [`Config::load`] and the
-//! check that runs each section's own; the sections live in `server`,
+//! This module holds [`Config`], [`ConfigError`], [`Config::load`] and
+//! `validate`, which runs each section's checks; the sections live in `server`,
 //! `model`, `search`, `pages` and `policy` (`[policy]` and `[generation]`),
 //! the environment handling in `env`. Everything is re-exported here, so
 //! callers write `crate::config::X`.

@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use crate::search::dense::HybridConfig;
 use crate::search::dispatch::{BackendLimits, DispatchConfig};
 use crate::search::embed::{EmbedOptions, Pooling};
+use crate::search::hybrid::HybridConfig;
 
 /// Where `scripts/fetch-defaults.sh` builds the default corpus's index, and
 /// the default of `search.index` and of every `--index` flag.

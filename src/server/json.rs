@@ -60,9 +60,6 @@ fn require_utf8(body: &[u8]) -> Result<(), ApiError> {
     })
 }
 
-/// A JSON object begins with this byte (after any whitespace).
-const OBJECT_START: u8 = b'{';
-
 /// Parses a JSON object body into `T`, naming the field at fault in the error.
 ///
 /// # Errors
@@ -71,7 +68,7 @@ const OBJECT_START: u8 = b'{';
 pub(crate) fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     require_utf8(body)?;
     // serde would also accept a struct written as an array.
-    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&OBJECT_START) {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ApiError::new(
             ErrorCode::InvalidJson,
             "the request body must be a JSON object",

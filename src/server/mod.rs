@@ -64,9 +64,10 @@ const INDEX_HTML: &str = include_str!("../../static/index.html");
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The router, without a listener (tests call it directly): the routes of
-/// each area merged, JSON fallbacks for unknown routes and methods, then the
-/// API key check, request tracking, CORS, security headers, request ids
-/// and the request log, in that order from the inside out.
+/// each area merged, JSON fallbacks for unknown routes and methods, then,
+/// from the inside out, the API key check, request tracking, CORS, security
+/// headers and the request log, inside the request-id layers (the id is set
+/// outermost and copied onto the response).
 pub fn app(state: Arc<AppState>) -> Router {
     let router = Router::new()
         .merge(page_routes())
