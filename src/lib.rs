@@ -25,7 +25,7 @@
 //!   metrics) → `json` (the body) → `validate` (with `tools`) → `chat` /
 //!   `retrieve` → `render` (chunks, responses); `responses` (the Responses
 //!   API over the same rollout: `input` its input items, `convert` its tools
-//!   and options), `mcp` (the MCP
+//!   and options, `types` its wire types, `render` its output and events), `mcp` (the MCP
 //!   server), `citations` (`url_citation`s of an answer), `observe`
 //!   (per-request metrics from a rollout's events), `headers` (security
 //!   headers); `state`, `error`, `openai` (wire types), `api_doc` (OpenAPI).
@@ -112,6 +112,13 @@ mod layout {
         }
     }
 
+    /// The bullet of `list` (items begin with `marker`) that holds `key`.
+    fn bullet<'a>(list: &'a str, marker: &str, key: &str) -> &'a str {
+        list.split(marker)
+            .find(|item| item.contains(key))
+            .unwrap_or("")
+    }
+
     #[test]
     fn readme_and_lib_docs_name_every_source_file() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -124,33 +131,64 @@ mod layout {
         let docs: String = include_str!("lib.rs")
             .lines()
             .take_while(|l| l.starts_with("//!"))
+            .map(|l| l.trim_start_matches("//!"))
             .collect::<Vec<_>>()
-            .join(" ");
+            .join("\n");
         let mut files = Vec::new();
         sources(&root.join("src"), &mut files);
         let mut missing = Vec::new();
         for file in &files {
             let rel = file.strip_prefix(root.join("src")).expect("under src/");
-            let name = rel.file_name().unwrap().to_string_lossy().into_owned();
-            // A directory's `mod.rs` is named by the directory.
-            let (in_readme, module) = match name.as_str() {
-                "mod.rs" => {
-                    let dir = rel.parent().unwrap().file_name().unwrap().to_string_lossy();
-                    (format!("{dir}/"), dir.into_owned())
-                }
-                _ => (name.clone(), name.trim_end_matches(".rs").to_string()),
-            };
-            if !section.contains(&in_readme) {
-                missing.push(format!(
-                    "README Layout lacks {} ({in_readme})",
-                    rel.display()
-                ));
+            let parts: Vec<String> = rel
+                .iter()
+                .map(|p| p.to_string_lossy().into_owned())
+                .collect();
+            let name = parts.last().unwrap().as_str();
+            let top = parts[0].trim_end_matches(".rs");
+            if name == "lib.rs" {
+                continue;
             }
-            if name != "lib.rs" && !docs.contains(&format!("`{module}`")) {
-                missing.push(format!(
-                    "lib.rs Layout lacks {} (`{module}`)",
-                    rel.display()
-                ));
+            // A top-level module (`src/x.rs`, `src/x/mod.rs`) is named as
+            // `src/x.rs` or `src/x/` anywhere in the README and as [`x`] in
+            // lib.rs (`main` as `main`); a file below it, within the bullet
+            // of `src/x/` and of [`x`], as `name.rs` (`dir/` for a `mod.rs`)
+            // and `name`.
+            let (readme_ok, docs_ok) = if parts.len() == 1 || (parts.len() == 2 && name == "mod.rs")
+            {
+                let path = if parts.len() == 1 {
+                    format!("`src/{name}`")
+                } else {
+                    format!("`src/{top}/`")
+                };
+                let module = if top == "main" {
+                    "`main`".to_string()
+                } else {
+                    format!("[`{top}`]")
+                };
+                (section.contains(&path), docs.contains(&module))
+            } else {
+                let (in_readme, module) = match name {
+                    "mod.rs" => (
+                        format!("`{}/`", parts[parts.len() - 2]),
+                        parts[parts.len() - 2].clone(),
+                    ),
+                    _ => (
+                        format!("`{name}`"),
+                        name.trim_end_matches(".rs").to_string(),
+                    ),
+                };
+                let readme_bullet = bullet(section, "\n- ", &format!("`src/{top}/`"));
+                let docs_bullet = bullet(&docs, "\n - ", &format!("[`{top}`]:"));
+                (
+                    readme_bullet.contains(&in_readme),
+                    docs_bullet.contains(&format!("`{module}`")),
+                )
+            };
+            if !readme_ok {
+                missing.push(format!("README Layout lacks {}", rel.display()));
+            }
+            if !docs_ok {
+                missing.push(format!("lib.rs Layout lacks {}", rel.display()));
             }
         }
         assert!(missing.is_empty(), "{}", missing.join("\n"));
