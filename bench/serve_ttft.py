@@ -7,8 +7,11 @@ Sends the file's text as the user message of one streamed chat request
 (`max_tokens: 1`, greedy) to URL (e.g. http://127.0.0.1:8080) and prints one
 JSON object: `ttft_s` (request to the first content or reasoning delta),
 `total_s`, and the response's `usage` (prompt tokens as the server counted
-them). The prompt files `bench/prefill.sh` writes ($OUT/MODEL-LENGTH.txt) make
-the prefill curve's points through the real server.
+them); `ttft_s` is null when no text arrived. The prompt files
+`bench/prefill.sh` writes ($OUT/MODEL-LENGTH.txt) are whole rendered prompts:
+sent here they are wrapped in the chat template again (and their control
+tokens defused), so the server counts somewhat more tokens than the file's
+length (4,182 for the 4,000 point).
 """
 import json
 import sys
@@ -37,5 +40,5 @@ with urllib.request.urlopen(request, timeout=3600) as response:
         if first is None and (delta.get("content") or delta.get("reasoning_content")):
             first = time.time()
         usage = chunk.get("usage") or usage
-print(json.dumps({"ttft_s": (first or time.time()) - started,
+print(json.dumps({"ttft_s": None if first is None else first - started,
                   "total_s": time.time() - started, "usage": usage}))
