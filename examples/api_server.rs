@@ -45,7 +45,7 @@ use async_trait::async_trait;
 use clap::Parser;
 use seeker::config::{Config, ServerConfig};
 use seeker::engine::scripted::ScriptedEngine;
-use seeker::engine::{ChatTurn, Engine, EngineError, Generation, GenerationParams};
+use seeker::engine::{Engine, EngineError, Generation, GenerationParams};
 use seeker::metrics::Metrics;
 use seeker::profile::Profile;
 use seeker::search::dispatch::BackendLimits;
@@ -174,26 +174,6 @@ impl ScriptedPolicy {
 
 #[async_trait]
 impl Engine for ScriptedPolicy {
-    fn special_tokens(&self) -> &[String] {
-        self.search.special_tokens()
-    }
-
-    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
-        self.search.render_chat(messages).await
-    }
-
-    async fn render_chat_with_tools(
-        &self,
-        messages: &[ChatTurn],
-        tools: &[serde_json::Value],
-    ) -> Result<String, EngineError> {
-        self.search.render_chat_with_tools(messages, tools).await
-    }
-
-    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
-        self.search.count_tokens(text).await
-    }
-
     async fn generate(
         &self,
         prompt: &str,
@@ -295,7 +275,9 @@ async fn main() -> anyhow::Result<()> {
         config.generation.clone(),
     )
     .with_server_config(&server, &args.api_key);
-    state.set_engine(Arc::new(ScriptedPolicy::new()));
+    let policy = ScriptedPolicy::new();
+    let text = policy.search.text();
+    state.set_engine(Arc::new(policy), text);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port)).await?;
     println!("seeker listening on http://{}", listener.local_addr()?);
     run(

@@ -22,6 +22,7 @@ use async_trait::async_trait;
 use clap::Parser;
 use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
+use seeker::engine::text::PolicyText;
 use seeker::engine::{
     ChatTurn, Engine, EngineError, EngineEvent, Generation, GenerationParams, Role,
 };
@@ -68,18 +69,6 @@ struct Timed {
 
 #[async_trait]
 impl Engine for Timed {
-    fn special_tokens(&self) -> &[String] {
-        self.inner.special_tokens()
-    }
-
-    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
-        self.inner.render_chat(messages).await
-    }
-
-    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
-        self.inner.count_tokens(text).await
-    }
-
     async fn generate(
         &self,
         prompt: &str,
@@ -176,6 +165,7 @@ async fn main() -> anyhow::Result<()> {
             Default::default(),
         );
         let ctx = RolloutContext {
+            text: Arc::new(PolicyText::from_gguf(&args.gguf, engine.token_count())?),
             engine: Arc::new(Timed {
                 inner: Arc::clone(&engine),
                 calls: Arc::clone(&calls),

@@ -44,7 +44,9 @@
 //! - [`template`]: the `{field}` templates profiles are written in.
 //! - [`pyjson`]: Python's `json.dumps` and `repr()` byte for byte (RAG-R1's
 //!   splice, chat templates' `tojson`, DeepResearcher's tool results).
-//! - [`engine`]: the [`engine::Engine`] trait; `chat_template` (the model's
+//! - [`engine`]: the [`engine::Engine`] trait (`generate`, `healthy`);
+//!   `text` (above it: the policy's chat template, control tokens and token
+//!   count, shared by all engines); `chat_template` (the model's
 //!   template, rendered by seeker for every engine); the embedded mistral.rs
 //!   engine (`mistral`: `load`, `reuse_state`, `stream`, `probe`; with
 //!   `prepare` for weight copies, `reuse` for prefix

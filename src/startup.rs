@@ -1,6 +1,7 @@
 //! The composition root: turns a [`Config`] into a running server — the
 //! profiles, the search dispatcher (whose metrics registry is the server's),
-//! the HTTP state and listener, and the embedded engine, loaded in the
+//! the HTTP state and listener, the policy's text side (chat template,
+//! control tokens, token count) and the engine, loaded in the
 //! background — and owns the process's signals. Nothing else in the crate
 //! names a concrete engine or reads the environment for the server.
 
@@ -14,6 +15,8 @@ use crate::config::{Config, EngineKind};
 use crate::engine::chat_template::ChatTemplate;
 use crate::engine::mistral::{MistralConfig, MistralEngine};
 use crate::engine::remote::{RemoteConfig, RemoteEngine};
+use crate::engine::text::PolicyText;
+use crate::engine::EngineError;
 use crate::profile::Profile;
 use crate::secret::Secret;
 use crate::server::{run, AppState};
@@ -89,14 +92,13 @@ pub fn app_state(
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     let state = Arc::new(app_state(&config, |var| std::env::var(var).ok())?);
     let remote = config.model.engine == EngineKind::Remote;
-    let template_source = template_source(&config).await?;
-    // The remote engine's template is read now too: a broken one stops the
-    // start here, not after the server listens.
-    let remote_parts = if remote {
-        let source = template_source.clone();
-        Some(tokio::task::spawn_blocking(move || source.load()).await??)
-    } else {
-        None
+    // The chat template and control tokens are read before the server
+    // listens: a broken remote template stops the start here.
+    let source = template_source(&config).await?;
+    let (template, special_tokens) = tokio::task::spawn_blocking(move || source.load()).await??;
+    let template = match template {
+        Err(e) if remote => return Err(e.into()),
+        template => template,
     };
 
     let listener = bind(&config).await?;
@@ -125,14 +127,18 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         grace,
     ));
     let (gguf, weights) = (mistral.gguf.clone(), mistral.weights);
-    let mut load = match remote_parts {
-        None => tokio::spawn(load_engine(mistral, Arc::clone(&state))),
-        Some((template, special_tokens)) => tokio::spawn(connect_remote(
+    let mut load = if remote {
+        tokio::spawn(connect_remote(
             remote_config(&config),
-            template,
-            special_tokens,
+            (template, special_tokens),
             Arc::clone(&state),
-        )),
+        ))
+    } else {
+        tokio::spawn(load_engine(
+            mistral,
+            (template, special_tokens),
+            Arc::clone(&state),
+        ))
     };
 
     // Until the model is loaded (or fails to): a signal stops the server at
@@ -185,9 +191,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 /// Where the chat template comes from, checked before the server listens:
 /// the remote engine's `model.tokenizer_config` when set, otherwise the
 /// GGUF, which must be a file and a usable model (fail before listening when
-/// the model file is missing, not after). Both engines get the check; only
-/// the remote engine reads the template from the source returned (the
-/// embedded engine reads its own with the model).
+/// the model file is missing, not after). Both engines' chat template and
+/// control tokens are read from the source returned.
 ///
 /// # Errors
 /// A missing or unusable GGUF, with the setting to change.
@@ -249,23 +254,31 @@ fn mistral_config(config: &Config) -> MistralConfig {
 /// How long a signal during the model load waits for open connections.
 const LOADING_SHUTDOWN: Duration = Duration::from_secs(1);
 
-/// Where the remote engine's chat template and control tokens come from.
+/// Where the policy's chat template and control tokens come from.
 #[derive(Clone, Debug)]
 enum TemplateSource {
     Gguf(PathBuf),
     TokenizerConfig(PathBuf),
 }
 
+/// The chat template (or why it cannot be used) and the control tokens: the
+/// parts of the policy's [`PolicyText`] that startup reads from files.
+type TextParts = (Result<ChatTemplate, EngineError>, Vec<String>);
+
 impl TemplateSource {
-    /// The compiled template and the control tokens.
-    fn load(&self) -> anyhow::Result<(ChatTemplate, Vec<String>)> {
+    /// The compiled template, or why it does not compile, and the control
+    /// tokens.
+    ///
+    /// # Errors
+    /// The control tokens cannot be read.
+    fn load(&self) -> anyhow::Result<TextParts> {
         Ok(match self {
             TemplateSource::Gguf(gguf) => (
-                ChatTemplate::from_gguf(gguf)?,
+                ChatTemplate::from_gguf(gguf),
                 crate::engine::prepare::special_tokens(gguf)?,
             ),
             TemplateSource::TokenizerConfig(path) => (
-                ChatTemplate::from_tokenizer_config(path)?,
+                ChatTemplate::from_tokenizer_config(path),
                 crate::engine::chat_template::special_tokens_of_tokenizer_config(path)?,
             ),
         })
@@ -290,37 +303,34 @@ fn remote_config(config: &Config) -> RemoteConfig {
     }
 }
 
-/// Connects to the remote engine's servers and hands the engine to `state`
+/// Connects to the remote engine's servers and hands the engine, with the
+/// policy's text side made of `parts` and the servers' tokenizer, to `state`
 /// (`/health` turns 200 once a replica answers).
 async fn connect_remote(
     remote: RemoteConfig,
-    template: ChatTemplate,
-    special_tokens: Vec<String>,
+    (template, special_tokens): TextParts,
     state: Arc<AppState>,
-) -> Result<(), crate::engine::EngineError> {
+) -> Result<(), EngineError> {
     let started = std::time::Instant::now();
-    let engine = RemoteEngine::connect(
-        &remote,
-        template,
-        special_tokens,
-        Arc::clone(&state.metrics),
-    )
-    .await?;
+    let engine = RemoteEngine::connect(&remote, Arc::clone(&state.metrics)).await?;
     tracing::info!(
         replicas = %remote.urls.join(", "),
         model = engine.model(),
         seconds = started.elapsed().as_secs_f64(),
         "remote engine ready"
     );
-    state.set_engine(Arc::new(engine));
+    let text = PolicyText::with_template(template, special_tokens, engine.token_count());
+    state.set_engine(Arc::new(engine), Arc::new(text));
     Ok(())
 }
 
-/// Loads the embedded model and hands it to `state` (`/health` turns 200).
+/// Loads the embedded model and hands it, with the policy's text side made
+/// of `parts` and the model's tokenizer, to `state` (`/health` turns 200).
 async fn load_engine(
     mistral: MistralConfig,
+    (template, special_tokens): TextParts,
     state: Arc<AppState>,
-) -> Result<(), crate::engine::EngineError> {
+) -> Result<(), EngineError> {
     let started = std::time::Instant::now();
     let engine = MistralEngine::load(&mistral)
         .await?
@@ -332,10 +342,14 @@ async fn load_engine(
         seconds = started.elapsed().as_secs_f64(),
         "model loaded"
     );
-    state.set_engine(Arc::new(
-        crate::engine::gate::Gated::new(engine, mistral.max_num_seqs)
-            .with_metrics(Arc::clone(&state.metrics)),
-    ));
+    let text = PolicyText::with_template(template, special_tokens, engine.token_count());
+    state.set_engine(
+        Arc::new(
+            crate::engine::gate::Gated::new(engine, mistral.max_num_seqs)
+                .with_metrics(Arc::clone(&state.metrics)),
+        ),
+        Arc::new(text),
+    );
     Ok(())
 }
 

@@ -32,7 +32,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{ChatTurn, Engine, EngineError, Generation, GenerationParams};
+use super::{Engine, EngineError, Generation, GenerationParams};
 use crate::metrics::Metrics;
 
 /// See the module documentation.
@@ -158,29 +158,8 @@ impl<E: Engine> Gated<E> {
 
 #[async_trait]
 impl<E: Engine> Engine for Gated<E> {
-    fn special_tokens(&self) -> &[String] {
-        self.inner.special_tokens()
-    }
-
     fn healthy(&self) -> bool {
         self.inner.healthy()
-    }
-
-    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
-        self.inner.render_chat(messages).await
-    }
-
-    async fn render_chat_with_tools(
-        &self,
-        messages: &[ChatTurn],
-        tools: &[serde_json::Value],
-    ) -> Result<String, EngineError> {
-        self.inner.render_chat_with_tools(messages, tools).await
-    }
-
-    /// Not gated: tokenizing is no generation.
-    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
-        self.inner.count_tokens(text).await
     }
 
     /// Waits for a slot, oldest rollout first (dropping this future while it

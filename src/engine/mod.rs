@@ -10,6 +10,8 @@
 //! (replays given text; with the `testing` feature only, which the tests,
 //! examples and benches turn on);
 //! [`gate::Gated`] puts any engine behind a first-come, first-served gate.
+//! The chat template, control tokens and token count sit above the engine
+//! in [`text::PolicyText`].
 //! Dropping the receiver returned by [`Engine::generate`] cancels generation.
 
 pub mod chat_template;
@@ -21,6 +23,7 @@ pub mod remote;
 pub mod reuse;
 #[cfg(any(test, feature = "testing"))]
 pub mod scripted;
+pub mod text;
 pub mod vocab;
 
 use async_trait::async_trait;
@@ -148,62 +151,19 @@ pub struct Generation {
     pub events: mpsc::Receiver<Result<EngineEvent, EngineError>>,
 }
 
-/// A text generator the search loop drives. See the module documentation.
+/// A text generator the search loop drives: the one seam between seeker and
+/// what runs the model. The text side — chat template, control tokens, token
+/// count — sits above it in [`text::PolicyText`], shared by all engines, so
+/// a wrapper (the gate, a test double) forwards these two methods only.
+/// See the module documentation.
 #[async_trait]
 pub trait Engine: Send + Sync {
-    /// Strings the tokenizer reads as special (control) tokens wherever they
-    /// appear in text, e.g. `<|im_start|>` for ChatML models. The rollout
-    /// defuses them in message contents and documents, so that only the chat
-    /// template writes control tokens. Default: none.
-    fn special_tokens(&self) -> &[String] {
-        &[]
-    }
-
     /// Whether the engine can take a generation now (`/health` answers 503
     /// otherwise). Default: true; a remote engine is unhealthy while every
     /// replica is marked down.
     fn healthy(&self) -> bool {
         true
     }
-
-    /// Renders `messages` through the model's chat template, ending with the
-    /// generation prompt for a new assistant turn, as text.
-    ///
-    /// # Errors
-    /// [`EngineError::Internal`] when the template fails.
-    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError>;
-
-    /// [`Engine::render_chat`] with `tools` (functions in OpenAI's shape) in
-    /// the template's `tools` variable, as `transformers`'
-    /// `apply_chat_template(messages, tools=…)` renders them
-    /// ([`chat_template::ChatTemplate::render_with_tools`]). Default: without
-    /// tools, `render_chat`; with tools, an error (the engine has no template
-    /// of its own to render them with).
-    ///
-    /// # Errors
-    /// [`EngineError::Internal`] when the template fails or the engine cannot
-    /// render tools.
-    async fn render_chat_with_tools(
-        &self,
-        messages: &[ChatTurn],
-        tools: &[serde_json::Value],
-    ) -> Result<String, EngineError> {
-        if tools.is_empty() {
-            return self.render_chat(messages).await;
-        }
-        Err(EngineError::Internal(
-            "this engine cannot render tools through a chat template".into(),
-        ))
-    }
-
-    /// How many tokens `text` is as a prompt (raw text, special tokens written
-    /// out, no BOS added): what [`Generation::prompt_tokens`] would report.
-    /// Used where no generation runs (usage of an answer the client already
-    /// wrote) and to tell an over-long conversation from over-long documents.
-    ///
-    /// # Errors
-    /// [`EngineError::Internal`] when the tokenizer fails.
-    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError>;
 
     /// Starts generating a continuation of `prompt` (raw text, special tokens
     /// written out, no BOS added).

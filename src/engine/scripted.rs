@@ -4,6 +4,8 @@
 //! counted as one token. Like mistral.rs it stops one piece AFTER a stop string
 //! appears, and at `max_tokens` with [`EngineFinish::Length`]; it records every
 //! prompt it was given so tests can check the transcript byte for byte.
+//! [`ScriptedEngine::text`] is its text side: a ChatML stand-in for a chat
+//! template and words for tokens.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+use super::text::{ChatFormat, PolicyText, TokenCount};
 use super::{
     ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams,
 };
@@ -28,7 +31,7 @@ pub struct ScriptedEngine {
     running: Arc<AtomicUsize>,
     /// Put each script back at the end after playing it.
     cycle: bool,
-    /// What [`Engine::special_tokens`] reports.
+    /// What its [`PolicyText::special_tokens`] reports.
     special_tokens: Vec<String>,
 }
 
@@ -94,14 +97,39 @@ impl ScriptedEngine {
     }
 }
 
-#[async_trait]
-impl Engine for ScriptedEngine {
-    fn special_tokens(&self) -> &[String] {
-        &self.special_tokens
+impl ScriptedEngine {
+    /// Its text side for a rollout: ChatML turns ([`ScriptedChat`]), the
+    /// special tokens set by [`ScriptedEngine::with_special_tokens`], and
+    /// whitespace-separated words as tokens ([`Words`]).
+    pub fn text(&self) -> Arc<PolicyText> {
+        Arc::new(PolicyText::new(
+            Arc::new(ScriptedChat),
+            self.special_tokens.clone(),
+            Arc::new(Words),
+        ))
     }
+}
 
-    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
+/// The scripted engine's chat format: ChatML turns, each assistant call as
+/// `\n<tool_call>\n{function JSON}\n</tool_call>` after its content, then the
+/// generation prompt; with tools, a system turn holding their JSON, one per
+/// line, first.
+pub struct ScriptedChat;
+
+impl ChatFormat for ScriptedChat {
+    fn render(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
         let mut out = String::new();
+        if !tools.is_empty() {
+            let lines: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
+            out.push_str(&format!(
+                "<|im_start|>system\n<tools>\n{}\n</tools><|im_end|>\n",
+                lines.join("\n")
+            ));
+        }
         for m in messages {
             let role = serde_json::to_value(m.role).expect("role serialises");
             let role = role.as_str().unwrap_or("user");
@@ -117,30 +145,20 @@ impl Engine for ScriptedEngine {
         out.push_str("<|im_start|>assistant\n");
         Ok(out)
     }
+}
 
-    /// ChatML as [`Engine::render_chat`], with a system turn holding the
-    /// tools' JSON, one per line, first.
-    async fn render_chat_with_tools(
-        &self,
-        messages: &[ChatTurn],
-        tools: &[serde_json::Value],
-    ) -> Result<String, EngineError> {
-        let rendered = self.render_chat(messages).await?;
-        if tools.is_empty() {
-            return Ok(rendered);
-        }
-        let lines: Vec<String> = tools.iter().map(|t| t.to_string()).collect();
-        Ok(format!(
-            "<|im_start|>system\n<tools>\n{}\n</tools><|im_end|>\n{rendered}",
-            lines.join("\n")
-        ))
-    }
+/// Whitespace-separated words: the scripted engine's stand-in for tokens.
+pub struct Words;
 
-    /// Whitespace-separated words: the scripted engine's stand-in for tokens.
+#[async_trait]
+impl TokenCount for Words {
     async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
         Ok(text.split_whitespace().count())
     }
+}
 
+#[async_trait]
+impl Engine for ScriptedEngine {
     async fn generate(
         &self,
         prompt: &str,

@@ -321,7 +321,7 @@ impl Profile {
     }
 
     /// [`Profile::render_splice`], with `also` (the tokenizer's control
-    /// tokens, [`crate::engine::Engine::special_tokens`]) defused in every
+    /// tokens, [`crate::engine::text::PolicyText::special_tokens`]) defused in every
     /// document and failure text as the profile's own tags are.
     pub fn render_splice_defusing(
         &self,

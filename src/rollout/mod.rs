@@ -420,7 +420,7 @@ impl<'a> Rollout<'a> {
         // No round reached the engine (the client's own assistant message
         // already held the answer): the prompt is still counted.
         if !self.engine_ran {
-            match self.ctx.engine.count_tokens(&self.transcript).await {
+            match self.ctx.text.count_tokens(&self.transcript).await {
                 Ok(n) => self.usage.prompt_tokens = n,
                 Err(e) => tracing::warn!("usage: counting the prompt's tokens failed: {e}"),
             }

@@ -16,7 +16,7 @@ impl Rollout<'_> {
         let (ctx, request) = (self.ctx, self.request);
         // Control tokens come from the chat template only: in the messages'
         // text they are defused (`<|im_start|>` → `‹|im_start|›`).
-        let specials = ctx.engine.special_tokens();
+        let specials = ctx.text.special_tokens();
         let messages = &defused_messages(&request.messages, specials);
         let continuation = if self.request.continue_final_message {
             match messages.last() {
@@ -42,12 +42,7 @@ impl Rollout<'_> {
                 .extend(client.functions.iter().map(|f| defuse_json(f, specials)));
         }
         let mut prompt = match profile.prompt(messages, question_at, documents_first.as_deref()) {
-            PromptText::Chat(turns) => {
-                self.ctx
-                    .engine
-                    .render_chat_with_tools(&turns, &self.template_tools)
-                    .await?
-            }
+            PromptText::Chat(turns) => self.ctx.text.render(&turns, &self.template_tools)?,
             PromptText::Raw(text) => text,
         };
         if documents_first.is_some() {

@@ -217,7 +217,7 @@ impl Rollout<'_> {
             // Nothing to open: the policy's text for a page it cannot
             // read, as ASearcher answers an empty page.
             self.record(number, RoundOutcome::NoQuery, tokens);
-            let specials = self.ctx.engine.special_tokens();
+            let specials = self.ctx.text.special_tokens();
             let text = profile.page_failed("", "the page action names no page", specials);
             self.splice(text).await?;
         } else {
@@ -348,7 +348,7 @@ impl Rollout<'_> {
             })
             .collect();
         let refs: Vec<&ToolCall> = calls.iter().collect();
-        let splice = profile.render_tool_splice(&refs, &results, self.ctx.engine.special_tokens());
+        let splice = profile.render_tool_splice(&refs, &results, self.ctx.text.special_tokens());
         self.splice(splice).await?;
         Ok(self.stop_at_cap())
     }
@@ -365,16 +365,11 @@ impl Rollout<'_> {
             return Ok(false);
         };
         let mut text = match bare {
-            PromptText::Chat(turns) => {
-                self.ctx
-                    .engine
-                    .render_chat_with_tools(turns, &self.template_tools)
-                    .await?
-            }
+            PromptText::Chat(turns) => self.ctx.text.render(turns, &self.template_tools)?,
             PromptText::Raw(text) => text.clone(),
         };
         text.push_str(&self.ctx.profile.assistant_prefix);
-        Ok(self.ctx.engine.count_tokens(&text).await? < limit)
+        Ok(self.ctx.text.count_tokens(&text).await? < limit)
     }
 
     /// The current round's prompt and cached tokens, as the engine reported

@@ -31,7 +31,7 @@ impl Rollout<'_> {
         Ok(self
             .ctx
             .profile
-            .render_splice_defusing(&outcomes, self.ctx.engine.special_tokens()))
+            .render_splice_defusing(&outcomes, self.ctx.text.special_tokens()))
     }
 
     /// Searches `queries` at once (repeats of this request come from its
@@ -128,7 +128,7 @@ impl Rollout<'_> {
         tokens: usize,
     ) -> Result<(), RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
-        let specials = self.ctx.engine.special_tokens();
+        let specials = self.ctx.text.special_tokens();
         let targets = [target.to_string()];
         let opened = self.open_pages_with(round, &targets, |page| {
             profile

@@ -6,15 +6,18 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{Resumed, Unresumable};
+use crate::engine::text::PolicyText;
 use crate::engine::{ChatTurn, Engine, EngineError};
 use crate::profile::{Profile, QueryOutcome};
 use crate::search::dispatch::Dispatcher;
 use crate::search::Document;
 
-/// What a rollout needs: the engine, the search dispatcher and the policy profile.
+/// What a rollout needs: the engine, the policy's text side (chat template,
+/// control tokens, token count), the search dispatcher and the policy profile.
 #[derive(Clone)]
 pub struct RolloutContext {
     pub engine: Arc<dyn Engine>,
+    pub text: Arc<PolicyText>,
     pub search: Arc<Dispatcher>,
     pub profile: Arc<Profile>,
 }

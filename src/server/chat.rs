@@ -80,7 +80,7 @@ pub(crate) async fn chat_completions(
 /// # Errors
 /// 503 while the model loads or once the server is shutting down.
 pub(super) fn context(state: &AppState, validated: &Validated) -> Result<RolloutContext, ApiError> {
-    let Some(engine) = state.engine() else {
+    let Some((engine, text)) = state.loaded() else {
         return Err(ApiError::new(
             ErrorCode::ModelLoading,
             "the model is still loading; retry shortly",
@@ -91,6 +91,7 @@ pub(super) fn context(state: &AppState, validated: &Validated) -> Result<Rollout
     }
     Ok(RolloutContext {
         engine,
+        text,
         search: Arc::clone(&state.search),
         profile: Arc::clone(&validated.profile),
     })

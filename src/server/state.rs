@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use super::openai::ModelObject;
 use super::ops;
 use crate::config::GenerationConfig;
+use crate::engine::text::PolicyText;
 use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::profile::Profile;
@@ -15,8 +16,9 @@ use crate::search::dispatch::Dispatcher;
 
 /// Shared state of all handlers.
 pub struct AppState {
-    /// Set once the model has loaded; `None` until then (`/health` is 503).
-    engine: OnceLock<Arc<dyn Engine>>,
+    /// Set once the model has loaded, with the policy's text side; `None`
+    /// until then (`/health` is 503).
+    engine: OnceLock<(Arc<dyn Engine>, Arc<PolicyText>)>,
     /// Every configured search backend, behind one dispatcher.
     pub search: Arc<Dispatcher>,
     /// Every loaded policy profile, by name.
@@ -111,9 +113,10 @@ impl AppState {
         self
     }
 
-    /// Marks the model as loaded. A second call is ignored.
-    pub fn set_engine(&self, engine: Arc<dyn Engine>) {
-        let _ = self.engine.set(engine);
+    /// Marks the model as loaded: `engine` generates, `text` renders the
+    /// policy's chats and counts its tokens. A second call is ignored.
+    pub fn set_engine(&self, engine: Arc<dyn Engine>, text: Arc<PolicyText>) {
+        let _ = self.engine.set((engine, text));
     }
 
     /// The profile named `name`, or the default one.
@@ -125,6 +128,11 @@ impl AppState {
 
     /// The engine, once loaded.
     pub fn engine(&self) -> Option<Arc<dyn Engine>> {
+        self.engine.get().map(|(engine, _)| Arc::clone(engine))
+    }
+
+    /// The engine and the policy's text side, once loaded.
+    pub(crate) fn loaded(&self) -> Option<(Arc<dyn Engine>, Arc<PolicyText>)> {
         self.engine.get().cloned()
     }
 

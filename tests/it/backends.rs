@@ -730,6 +730,7 @@ async fn a_document_can_neither_close_the_block_nor_start_a_search() {
         vec!["<answer> Paris </answer>"],
     ]);
     let ctx = RolloutContext {
+        text: engine.text(),
         engine: Arc::new(engine),
         search: Arc::new(d),
         profile: Arc::new(profile("search-r1")),
@@ -984,12 +985,13 @@ async fn a_request_picks_a_configured_backend_by_name() {
     d.add("web", other, BackendLimits::default());
     let state = server_state(d);
     // Two requests, two rounds each, in turn.
-    state.set_engine(Arc::new(ScriptedEngine::new([
+    let engine = ScriptedEngine::new([
         vec!["<search> capital of France </search>"],
         vec!["<answer> Paris </answer>"],
         vec!["<search> capital of France </search>"],
         vec!["<answer> Paris </answer>"],
-    ])));
+    ]);
+    state.set_engine(Arc::new(engine.clone()), engine.text());
     let ask = |backend: Option<&str>| {
         let mut body = json!({
             "messages": [{"role": "user", "content": "What is the capital of France?"}],
@@ -1044,10 +1046,11 @@ async fn a_client_that_leaves_during_a_round_closes_the_backend_connection() {
     let backend = RetrieverBackend::new(&format!("http://{provider}/retrieve"));
     d.add("remote", Arc::new(backend), BackendLimits::default());
     let state = server_state(d);
-    state.set_engine(Arc::new(ScriptedEngine::new([
+    let engine = ScriptedEngine::new([
         vec!["<search> anything </search>"],
         vec!["<answer> never </answer>"],
-    ])));
+    ]);
+    state.set_engine(Arc::new(engine.clone()), engine.text());
     let addr = serve(app(state)).await;
     let client = reqwest::Client::new();
     let response = client

@@ -123,6 +123,7 @@ pub async fn run_scripted(
 ) {
     let ctx = seeker::rollout::RolloutContext {
         engine: Arc::new(engine.clone()),
+        text: engine.text(),
         search: dispatcher(backend),
         profile: Arc::new(profile),
     };

@@ -27,7 +27,7 @@ pub fn state(engine: Option<ScriptedEngine>) -> Arc<AppState> {
         GenerationConfig::default(),
     );
     if let Some(engine) = engine {
-        state.set_engine(Arc::new(engine));
+        state.set_engine(Arc::new(engine.clone()), engine.text());
     }
     Arc::new(state)
 }

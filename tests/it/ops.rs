@@ -58,7 +58,7 @@ impl Server {
             GenerationConfig::default(),
         )
         .with_server_config(&config, &keys);
-        state.set_engine(serving);
+        state.set_engine(serving, engine.text());
         let state = Arc::new(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());

@@ -450,6 +450,7 @@ async fn run(
     dispatcher.set_pages(reader.with_corpus("tantivy", corpus));
     let ctx = RolloutContext {
         engine: Arc::new(engine.clone()),
+        text: engine.text(),
         search: Arc::new(dispatcher),
         profile: Arc::new(profile),
     };

@@ -34,6 +34,7 @@ fn context(
 ) -> RolloutContext {
     RolloutContext {
         engine: Arc::new(engine.clone()),
+        text: engine.text(),
         search: crate::common::dispatcher(backend),
         profile: Arc::new(profile),
     }
@@ -454,14 +455,6 @@ struct Keyed {
 
 #[async_trait::async_trait]
 impl seeker::engine::Engine for Keyed {
-    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
-        self.search.render_chat(messages).await
-    }
-
-    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
-        self.search.count_tokens(text).await
-    }
-
     async fn generate(
         &self,
         prompt: &str,
@@ -525,9 +518,11 @@ async fn the_engine_gate_serves_older_rollouts_first() {
         calls: Arc::clone(&calls),
     };
     let metrics = Arc::new(seeker::metrics::Metrics::new());
+    let text = keyed.search.text();
     let gated = seeker::engine::gate::Gated::new(keyed, 1).with_metrics(Arc::clone(&metrics));
     let ctx = Arc::new(RolloutContext {
         engine: Arc::new(gated),
+        text,
         search: Arc::new(seeker::search::dispatch::Dispatcher::single(
             "slow",
             Arc::new(SlowSearch(StaticBackend::with(&[(

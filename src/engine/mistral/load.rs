@@ -19,7 +19,6 @@ use mistralrs::{
 
 use super::reuse_state::{flush, FlushReason, Reuse};
 use super::{ActivationDtype, MistralConfig, MistralEngine, LOG_TARGET};
-use crate::engine::chat_template::ChatTemplate;
 use crate::engine::prepare::ensure_prepared;
 use crate::engine::EngineError;
 
@@ -34,13 +33,8 @@ impl ActivationDtype {
     }
 }
 
-/// What [`load_pipeline`] returns: the pipeline, and the GGUF's control
-/// tokens and chat template.
-type Loaded = (
-    Arc<tokio::sync::Mutex<dyn Pipeline + Send + Sync>>,
-    Vec<String>,
-    Option<Arc<ChatTemplate>>,
-);
+/// What [`load_pipeline`] returns.
+type Loaded = Arc<tokio::sync::Mutex<dyn Pipeline + Send + Sync>>;
 
 impl MistralEngine {
     /// Loads the GGUF in `config` on the CPU (or the first CUDA device when built
@@ -56,7 +50,7 @@ impl MistralEngine {
             )));
         }
         let gguf = prepared_weights(config).await?;
-        let (pipeline, special_tokens, template) = load_pipeline(config, &gguf).await?;
+        let pipeline = load_pipeline(config, &gguf).await?;
 
         let seqs = NonZeroUsize::new(config.max_num_seqs.max(1)).expect("max(1) is non-zero");
         let scheduler = SchedulerConfig::DefaultScheduler {
@@ -81,8 +75,8 @@ impl MistralEngine {
         let engine = Self {
             model: Arc::new(model),
             max_seq_len,
-            special_tokens,
-            template,
+            #[cfg(any(test, feature = "testing"))]
+            gguf: config.gguf.clone(),
             reuse,
         };
         if let Some(reuse) = &engine.reuse {
@@ -118,8 +112,8 @@ async fn prepared_weights(config: &MistralConfig) -> Result<PathBuf, EngineError
     }))
 }
 
-/// Loads `gguf` into a mistral.rs pipeline, with the control tokens and the
-/// chat template of `config.gguf` (file reads stay off the async runtime).
+/// Loads `gguf` into a mistral.rs pipeline (file reads stay off the async
+/// runtime).
 ///
 /// # Errors
 /// [`EngineError::Load`] when the file is not a supported GGUF.
@@ -134,15 +128,7 @@ async fn load_pipeline(config: &MistralConfig, gguf: &Path) -> Result<Loaded, En
         .ok_or_else(|| EngineError::Load(format!("{} is not a file", gguf.display())))?;
     let dtype = config.dtype.to_mistral();
     let device = best_device()?;
-    let tokens_from = config.gguf.clone();
     tokio::task::spawn_blocking(move || {
-        let special_tokens = crate::engine::prepare::special_tokens(&tokens_from)?;
-        // seeker's own rendering of the same template, for prompts with
-        // tools (mistral.rs's tojson is minijinja's, not Python's).
-        let template = ChatTemplate::from_gguf(&tokens_from)
-            .map_err(|e| tracing::warn!(target: LOG_TARGET, "tools cannot be rendered: {e}"))
-            .ok()
-            .map(Arc::new);
         let loader = GGUFLoaderBuilder::new(
             None,
             None,
@@ -153,18 +139,16 @@ async fn load_pipeline(config: &MistralConfig, gguf: &Path) -> Result<Loaded, En
             None,
         )
         .build();
-        loader
-            .load_model_from_hf(
-                None,
-                TokenSource::None,
-                &dtype,
-                &device,
-                true,
-                DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
-                None,
-                None,
-            )
-            .map(|pipeline| (pipeline, special_tokens, template))
+        loader.load_model_from_hf(
+            None,
+            TokenSource::None,
+            &dtype,
+            &device,
+            true,
+            DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+            None,
+            None,
+        )
     })
     .await
     .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?

@@ -38,7 +38,8 @@
 //! Files: `load` (the GGUF to a running model), `reuse_state` (prefix reuse
 //! at run time: admission, records, the flush, rounds for token-level
 //! continuation), `stream` (one sequence: submit, read its responses as
-//! events), `probe` (next-token log-probs for faithfulness checks); this file
+//! events), `probe` (next-token log-probs for faithfulness checks, and
+//! mistral.rs's own rendering of the chat template); this file
 //! holds the configuration, the engine and its [`Engine`] impl.
 
 mod load;
@@ -52,12 +53,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use either::Either;
-use mistralrs::{SamplingParams, StopTokens, TextMessageRole, TextMessages};
+use mistralrs::{SamplingParams, StopTokens};
 use tokio::sync::mpsc;
 
-use super::chat_template::ChatTemplate;
 use super::prepare::WeightFormat;
-use super::{ChatTurn, Engine, EngineError, EngineEvent, Generation, GenerationParams, Role};
+use super::text::TokenCount;
+use super::{Engine, EngineError, EngineEvent, Generation, GenerationParams};
 use crate::metrics::Metrics;
 use reuse_state::{Pending, Reuse};
 pub use reuse_state::{FLUSH_ERROR_MARK, FLUSH_TOKEN};
@@ -113,11 +114,9 @@ pub struct MistralConfig {
 pub struct MistralEngine {
     model: Arc<mistralrs::Model>,
     max_seq_len: Option<usize>,
-    /// The GGUF tokenizer's control tokens ([`super::prepare::special_tokens`]).
-    special_tokens: Vec<String>,
-    /// The GGUF's chat template rendered by seeker, for prompts with tools;
-    /// `None` when the GGUF has none that compiles.
-    template: Option<Arc<ChatTemplate>>,
+    /// The GGUF the model was loaded from (its chat template, for probes).
+    #[cfg(any(test, feature = "testing"))]
+    gguf: PathBuf,
     /// `None`: no prefix cache, or mistral.rs's own (naive).
     reuse: Option<Arc<Reuse>>,
 }
@@ -169,15 +168,40 @@ impl MistralEngine {
     /// # Errors
     /// [`EngineError::Internal`] when the tokenizer fails.
     pub async fn tokenize(&self, text: &str) -> Result<Vec<u32>, EngineError> {
-        let model = Arc::clone(&self.model);
-        let text = text.to_string();
-        detached(async move {
-            model
-                .tokenize(Either::Right(text), None, false, false, None)
-                .await
-        })
-        .await?
-        .map_err(|e| EngineError::Internal(format!("tokenize: {e}")))
+        tokenize(&self.model, text).await
+    }
+
+    /// The model's tokenizer as a [`TokenCount`], for the policy's
+    /// [`crate::engine::text::PolicyText`] (it shares the running model).
+    pub fn token_count(&self) -> Arc<dyn TokenCount> {
+        Arc::new(Tokens(Arc::clone(&self.model)))
+    }
+}
+
+/// Token ids of `text` by `model`'s tokenizer (special tokens written out
+/// are recognised; no BOS added).
+///
+/// # Errors
+/// [`EngineError::Internal`] when the tokenizer fails.
+async fn tokenize(model: &Arc<mistralrs::Model>, text: &str) -> Result<Vec<u32>, EngineError> {
+    let model = Arc::clone(model);
+    let text = text.to_string();
+    detached(async move {
+        model
+            .tokenize(Either::Right(text), None, false, false, None)
+            .await
+    })
+    .await?
+    .map_err(|e| EngineError::Internal(format!("tokenize: {e}")))
+}
+
+/// The embedded model's tokenizer (see [`MistralEngine::token_count`]).
+struct Tokens(Arc<mistralrs::Model>);
+
+#[async_trait]
+impl TokenCount for Tokens {
+    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
+        Ok(tokenize(&self.0, text).await?.len())
     }
 }
 
@@ -222,59 +246,6 @@ async fn detached<T: Send + 'static>(
 
 #[async_trait]
 impl Engine for MistralEngine {
-    fn special_tokens(&self) -> &[String] {
-        &self.special_tokens
-    }
-
-    async fn render_chat_with_tools(
-        &self,
-        messages: &[ChatTurn],
-        tools: &[serde_json::Value],
-    ) -> Result<String, EngineError> {
-        if tools.is_empty() && !messages.iter().any(ChatTurn::is_tool_turn) {
-            return self.render_chat(messages).await;
-        }
-        match &self.template {
-            Some(template) => template.render_with_tools(messages, tools),
-            None => Err(EngineError::Internal(
-                "the model's chat template could not be compiled, so tools cannot be rendered"
-                    .into(),
-            )),
-        }
-    }
-
-    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
-        let mut chat = TextMessages::new();
-        for m in messages {
-            let role = match m.role {
-                Role::System => TextMessageRole::System,
-                Role::User => TextMessageRole::User,
-                Role::Assistant => TextMessageRole::Assistant,
-                // Tool turns are rendered by `render_chat_with_tools`.
-                Role::Tool => TextMessageRole::Tool,
-            };
-            chat = chat.add_message(role, &m.content);
-        }
-        // The template is applied by the tokenizer request; decoding the ids with
-        // special tokens kept gives the rendered text back.
-        let model = Arc::clone(&self.model);
-        detached(async move {
-            let ids = model
-                .tokenize(Either::Left(chat), None, false, true, None)
-                .await
-                .map_err(|e| EngineError::Internal(format!("chat template: {e}")))?;
-            model
-                .detokenize(ids, false)
-                .await
-                .map_err(|e| EngineError::Internal(format!("detokenize: {e}")))
-        })
-        .await?
-    }
-
-    async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
-        Ok(self.tokenize(text).await?.len())
-    }
-
     async fn generate(
         &self,
         prompt: &str,

@@ -1,5 +1,7 @@
-//! A probe of the embedded engine for faithfulness checks: the log-softmax
-//! of the next token's raw logits, to compare with llama.cpp's `n_probs`.
+//! Probes of the embedded engine for faithfulness checks: the log-softmax
+//! of the next token's raw logits, to compare with llama.cpp's `n_probs`;
+//! and mistral.rs's own rendering of the chat template, to compare with
+//! seeker's ([`crate::engine::chat_template`], which serves every request).
 //!
 //! Seam: called by tests (`tests/it/qwen.rs`, `tests/it/reuse.rs`) and
 //! `examples/logprob_probe.rs`, never by the serving path. It goes through
@@ -8,11 +10,65 @@
 
 use std::sync::Arc;
 
-use mistralrs::{Response, SamplingParams};
+use either::Either;
+use mistralrs::{Response, SamplingParams, TextMessageRole, TextMessages};
 
 use super::stream::{completion_request, response_error, submit};
-use super::MistralEngine;
-use crate::engine::EngineError;
+use super::{detached, MistralEngine};
+use crate::engine::chat_template::ChatTemplate;
+use crate::engine::{ChatTurn, EngineError, Role};
+
+impl MistralEngine {
+    /// `messages` rendered by mistral.rs itself (its chat template through
+    /// its tokenizer, the ids decoded with special tokens kept), ending with
+    /// the generation prompt of a new assistant turn: the reference that
+    /// seeker's [`ChatTemplate`] is tested against.
+    ///
+    /// # Errors
+    /// [`EngineError::Internal`] when the template or the tokenizer fails.
+    pub async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
+        let mut chat = TextMessages::new();
+        for m in messages {
+            let role = match m.role {
+                Role::System => TextMessageRole::System,
+                Role::User => TextMessageRole::User,
+                Role::Assistant => TextMessageRole::Assistant,
+                Role::Tool => TextMessageRole::Tool,
+            };
+            chat = chat.add_message(role, &m.content);
+        }
+        let model = Arc::clone(&self.model);
+        detached(async move {
+            let ids = model
+                .tokenize(Either::Left(chat), None, false, true, None)
+                .await
+                .map_err(|e| EngineError::Internal(format!("chat template: {e}")))?;
+            model
+                .detokenize(ids, false)
+                .await
+                .map_err(|e| EngineError::Internal(format!("detokenize: {e}")))
+        })
+        .await?
+    }
+
+    /// [`MistralEngine::render_chat`] when there are no tools and no tool
+    /// turns; otherwise seeker's rendering of the GGUF's template with
+    /// `tools` (mistral.rs's `tojson` is minijinja's, not Python's).
+    ///
+    /// # Errors
+    /// As [`MistralEngine::render_chat`], or the GGUF's template does not
+    /// compile.
+    pub async fn render_chat_with_tools(
+        &self,
+        messages: &[ChatTurn],
+        tools: &[serde_json::Value],
+    ) -> Result<String, EngineError> {
+        if tools.is_empty() && !messages.iter().any(ChatTurn::is_tool_turn) {
+            return self.render_chat(messages).await;
+        }
+        ChatTemplate::from_gguf(&self.gguf)?.render_with_tools(messages, tools)
+    }
+}
 
 impl MistralEngine {
     /// The `top` most likely next tokens after `prompt` (tokenized as

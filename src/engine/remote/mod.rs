@@ -1,14 +1,16 @@
 //! A remote engine: the policy runs on existing inference servers (vLLM,
 //! SGLang, llama.cpp's `llama-server`), one or more replicas, driven through
 //! the text completions API they all speak. seeker keeps the search loop:
-//! it renders the chat template itself ([`ChatTemplate`], so a transcript is
-//! the same text whichever engine runs it), sends the whole transcript each
+//! the chat template is rendered above the engine
+//! ([`crate::engine::text::PolicyText`], so a transcript is the same text
+//! whichever engine runs it), it sends the whole transcript each
 //! round (the server's own prefix cache reuses what it has already seen) and
 //! cuts the round at the closing tag itself.
 //!
 //! This file holds the public face: [`RemoteConfig`], [`RemoteEngine`],
 //! connecting to the replicas (discovery of the model at `GET /v1/models`)
-//! and the [`Engine`] impl that the server and the search loop call. The
+//! and the [`Engine`] impl that the server and the search loop call, and the
+//! replicas' tokenizer as a [`TokenCount`]. The
 //! rest, each file one job:
 //! - `pool.rs`: the replicas, their health and readiness probes, times to
 //!   first token and slow replicas, and which replica takes a request (a
@@ -40,8 +42,8 @@ mod wire;
 
 use self::pool::{probe_loop, FailureKind, Replica, PROBE_TIMEOUT};
 use self::request::{Asked, Started};
-use super::chat_template::ChatTemplate;
-use super::{ChatTurn, Engine, EngineError, Generation, GenerationParams};
+use super::text::TokenCount;
+use super::{Engine, EngineError, Generation, GenerationParams};
 use crate::metrics::Metrics;
 use crate::secret::Secret;
 
@@ -86,8 +88,6 @@ struct Inner {
     replicas: Vec<Replica>,
     model: String,
     api_key: Option<Secret>,
-    template: ChatTemplate,
-    special_tokens: Vec<String>,
     /// Rollout id → the replica its rounds go to.
     sessions: moka::future::Cache<u64, usize>,
     read_timeout: Duration,
@@ -110,8 +110,6 @@ impl RemoteEngine {
     /// [`EngineError::Load`] when no URL is configured or a URL is not http(s).
     pub async fn connect(
         config: &RemoteConfig,
-        template: ChatTemplate,
-        special_tokens: Vec<String>,
         metrics: Arc<Metrics>,
     ) -> Result<Self, EngineError> {
         if config.urls.is_empty() {
@@ -134,8 +132,6 @@ impl RemoteEngine {
             replicas,
             model,
             api_key: config.api_key.clone(),
-            template,
-            special_tokens,
             sessions: moka::future::Cache::builder()
                 .max_capacity(100_000)
                 .time_to_idle(Duration::from_secs(600))
@@ -162,6 +158,12 @@ impl RemoteEngine {
     /// The model name sent to the servers.
     pub fn model(&self) -> &str {
         &self.inner.model
+    }
+
+    /// The replicas' tokenizer as a [`TokenCount`], for the policy's
+    /// [`crate::engine::text::PolicyText`].
+    pub fn token_count(&self) -> Arc<dyn TokenCount> {
+        Arc::new(Tokens(Arc::clone(&self.inner)))
     }
 }
 
@@ -297,35 +299,17 @@ async fn list_models(
         .unwrap_or_default())
 }
 
+/// A remote engine's tokenizer: its replicas' `POST /tokenize` (see
+/// [`RemoteEngine::token_count`]).
+struct Tokens(Arc<Inner>);
+
 #[async_trait]
-impl Engine for RemoteEngine {
-    fn special_tokens(&self) -> &[String] {
-        &self.inner.special_tokens
-    }
-
-    /// False while every replica is marked down (until one passes its
-    /// readiness probe).
-    fn healthy(&self) -> bool {
-        self.inner.up_count() > 0
-    }
-
-    async fn render_chat(&self, messages: &[ChatTurn]) -> Result<String, EngineError> {
-        self.inner.template.render(messages)
-    }
-
-    async fn render_chat_with_tools(
-        &self,
-        messages: &[ChatTurn],
-        tools: &[serde_json::Value],
-    ) -> Result<String, EngineError> {
-        self.inner.template.render_with_tools(messages, tools)
-    }
-
+impl TokenCount for Tokens {
     /// The length of `text` from a replica's `POST /tokenize` (llama-server:
     /// `{"content"}` → `{"tokens"}`; vLLM: `{"prompt"}` → `{"count",
     /// "tokens"}`; both fields are sent).
     async fn count_tokens(&self, text: &str) -> Result<usize, EngineError> {
-        let inner = &self.inner;
+        let inner = &self.0;
         let Some(i) = inner.pick(None, &[]).await else {
             return Err(EngineError::Internal(
                 "no remote engine replica is up to count tokens".into(),
@@ -337,6 +321,15 @@ impl Engine for RemoteEngine {
             .await
             .map(|ids| ids.len())
             .map_err(|e| EngineError::Internal(format!("tokenize: {e}")))
+    }
+}
+
+#[async_trait]
+impl Engine for RemoteEngine {
+    /// False while every replica is marked down (until one passes its
+    /// readiness probe).
+    fn healthy(&self) -> bool {
+        self.inner.up_count() > 0
     }
 
     /// Starts the round on a replica (the choice: `pool.rs`), then streams it
