@@ -58,10 +58,10 @@ impl Rollout<'_> {
         }
         let k = self.request.top_k.unwrap_or(profile.top_k);
         let backend = self
-            .request
-            .backend
-            .clone()
-            .unwrap_or_else(|| self.ctx.search.default_backend().to_string());
+            .ctx
+            .search
+            .resolve(self.request.backend.as_deref())
+            .to_string();
         let fresh = if missing.is_empty() {
             Vec::new()
         } else {

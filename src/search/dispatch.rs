@@ -251,6 +251,13 @@ impl Dispatcher {
         &self.default
     }
 
+    /// The backend a search on `name` runs on: `name`, or the default when
+    /// `None` (the one place the default is applied, for rollouts and for
+    /// [`Dispatcher::search_round`] alike).
+    pub fn resolve<'a>(&'a self, name: Option<&'a str>) -> &'a str {
+        name.unwrap_or(&self.default)
+    }
+
     /// Configured backend names, sorted.
     pub fn backend_names(&self) -> Vec<&str> {
         self.backends.keys().map(String::as_str).collect()
@@ -310,7 +317,7 @@ impl Dispatcher {
         queries: &[String],
         k: usize,
     ) -> Vec<QueryResult> {
-        let name = backend.unwrap_or(&self.default);
+        let name = self.resolve(backend);
         let Some(limited) = self.backends.get(name) else {
             let error = SearchError::UnknownBackend(name.to_string());
             return queries

@@ -298,7 +298,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
         (status = 401, description = "Missing or wrong API key", body = error::ErrorBody)))]
 async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
     Json(ModelList {
-        object: "list".into(),
+        object: openai::ListTag::Tag,
         data: vec![state.model_object()],
     })
 }

@@ -447,7 +447,7 @@ impl From<&Document> for Citation {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ChatCompletion {
     pub id: String,
-    pub object: String,
+    pub object: ChatCompletionTag,
     pub created: u64,
     pub model: String,
     pub choices: Vec<Choice>,
@@ -461,6 +461,44 @@ pub struct Choice {
     pub message: ResponseMessage,
     pub finish_reason: FinishReason,
 }
+
+/// One-value types for the `object` field each response carries (OpenAI's
+/// API reference): the OpenAPI spec gives the exact string, and a response
+/// cannot carry another.
+macro_rules! object_tag {
+    ($(#[$doc:meta])* $name:ident = $tag:tt) => {
+        $(#[$doc])*
+        #[derive(
+            Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema,
+        )]
+        pub enum $name {
+            #[default]
+            #[serde(rename = $tag)]
+            Tag,
+        }
+    };
+}
+
+object_tag!(
+    /// `chat.completion`: a non-streamed chat completion.
+    ChatCompletionTag = "chat.completion"
+);
+object_tag!(
+    /// `chat.completion.chunk`: one chunk of a streamed chat completion.
+    ChunkTag = "chat.completion.chunk"
+);
+object_tag!(
+    /// `list`: the list of models.
+    ListTag = "list"
+);
+object_tag!(
+    /// `model`: one model.
+    ModelTag = "model"
+);
+object_tag!(
+    /// `response`: a Responses API response.
+    ResponseTag = "response"
+);
 
 /// The role of every message seeker returns: `assistant`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -520,7 +558,7 @@ pub struct ChunkEvent {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,
-    pub object: String,
+    pub object: ChunkTag,
     pub created: u64,
     pub model: String,
     pub choices: Vec<ChunkChoice>,
@@ -561,14 +599,14 @@ pub struct Delta {
 /// `GET /v1/models`.
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelList {
-    pub object: String,
+    pub object: ListTag,
     pub data: Vec<ModelObject>,
 }
 
 #[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelObject {
     pub id: String,
-    pub object: String,
+    pub object: ModelTag,
     pub created: u64,
     pub owned_by: String,
     /// Policy profile used when a request names none.

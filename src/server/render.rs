@@ -216,7 +216,7 @@ impl ChunkWriter {
     ) -> ChatCompletionChunk {
         ChatCompletionChunk {
             id: self.meta.id.clone(),
-            object: "chat.completion.chunk".into(),
+            object: super::openai::ChunkTag::Tag,
             created: self.meta.created,
             model: self.meta.model.clone(),
             choices,
@@ -252,7 +252,7 @@ pub(crate) fn completion(
     let calls = outcome.finish_reason == FinishReason::ToolCalls;
     ChatCompletion {
         id: meta.id.clone(),
-        object: "chat.completion".into(),
+        object: super::openai::ChatCompletionTag::Tag,
         created: meta.created,
         model: meta.model.clone(),
         choices: vec![Choice {

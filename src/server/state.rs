@@ -140,7 +140,7 @@ impl AppState {
     pub(crate) fn model_object(&self) -> ModelObject {
         ModelObject {
             id: self.model_id.clone(),
-            object: "model".into(),
+            object: super::openai::ModelTag::Tag,
             created: self.started,
             owned_by: "seeker".into(),
             policy: self.default_policy.clone(),

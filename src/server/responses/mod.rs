@@ -204,7 +204,7 @@ impl Echo {
     fn object(self, meta: &ResponseMeta) -> ResponseObject {
         ResponseObject {
             id: meta.id.clone(),
-            object: "response".into(),
+            object: crate::server::openai::ResponseTag::Tag,
             created_at: meta.created,
             status: "in_progress".into(),
             error: None,

@@ -522,7 +522,7 @@ mod tests {
     fn writer() -> ResponseWriter {
         let response = ResponseObject {
             id: "resp_1".into(),
-            object: "response".into(),
+            object: crate::server::openai::ResponseTag::Tag,
             created_at: 1,
             status: "in_progress".into(),
             error: None,

@@ -98,8 +98,7 @@ pub struct ResponsesRequest {
 pub struct ResponseObject {
     /// `resp_…`.
     pub id: String,
-    /// `response`.
-    pub object: String,
+    pub object: crate::server::openai::ResponseTag,
     /// Unix seconds.
     pub created_at: u64,
     /// `in_progress`, `completed`, `incomplete` (the token budget, context or

@@ -28,7 +28,8 @@ pub const MAX_TOP_K: u32 = 50;
 
 /// A chat request that passed validation.
 pub(crate) struct Validated {
-    /// What the rollout runs; `backend` is the resolved backend name.
+    /// What the rollout runs; `backend` is the one the client named, checked
+    /// (`None`: the server's default, applied by the dispatcher).
     pub rollout: RolloutRequest,
     /// The policy profile (the request's `policy`, or the server's default).
     pub profile: Arc<Profile>,
@@ -129,7 +130,7 @@ pub(crate) fn validate(
             top_p: req.top_p,
             continue_final_message,
             top_k,
-            backend: Some(backend),
+            backend,
             stop,
             client_tools,
         },
@@ -405,7 +406,7 @@ fn check_continued_text(profile: &Profile, messages: &[ChatTurn]) -> Result<(), 
 }
 
 /// The request's `search` options: the documents per query (none: the
-/// profile's) and the backend (the server's default when not named).
+/// profile's) and the backend the client named (checked to be configured).
 ///
 /// # Errors
 /// A 400 naming `search.backend` (not configured) or `search.top_k`
@@ -413,7 +414,7 @@ fn check_continued_text(profile: &Profile, messages: &[ChatTurn]) -> Result<(), 
 fn search_options(
     state: &AppState,
     search: Option<&SearchOptions>,
-) -> Result<(Option<usize>, String), ApiError> {
+) -> Result<(Option<usize>, Option<String>), ApiError> {
     let mut top_k = None;
     let mut backend_choice = None;
     if let Some(search) = search {
@@ -434,6 +435,5 @@ fn search_options(
             top_k = Some(k as usize);
         }
     }
-    let backend = backend_choice.unwrap_or_else(|| state.search.default_backend().to_string());
-    Ok((top_k, backend))
+    Ok((top_k, backend_choice))
 }
