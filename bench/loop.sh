@@ -7,7 +7,9 @@
 # corpus), run by
 #   1. seeker on one llama.cpp server (xllamacpp wheel, 2 threads, 1 slot),
 #      later rounds as token ids (model.token_continuation, the default);
-#   2. the same with token_continuation = false (every round sent as text);
+#   1b. the same, each question asked without streaming (`seeker eval
+#      --no-stream`: one JSON answer, as the loop takes one per round);
+#   2. the same as 1 with token_continuation = false (every round sent as text);
 #   3. the reference Python loop over one llama.cpp server (bench/reference_loop.py
 #      --policy search-r1: Search-R1's infer.py loop, the prompt re-sent as text
 #      each round, the queries sent to a seeker's POST /retrieve as infer.py
@@ -25,7 +27,7 @@
 # Output: a markdown table on stdout; raw files in target/bench-loop/.
 #
 # usage: bench/loop.sh     N=10 SKIP=100 MAX=256 CLIENTS=4 TN=20 bench/loop.sh
-#        STEPS="reference" bench/loop.sh   (rerun some steps: remote remote-text
+#        STEPS="reference" bench/loop.sh   (rerun some steps: remote remote-whole remote-text
 #        reference embedded throughput; the table shows every step with results
 #        in target/bench-loop and names those without)
 #        SEEKER_BIN=target/debug/seeker bench/loop.sh   (no release build; the
@@ -38,13 +40,13 @@ SKIP=${SKIP:-100}
 MAX=${MAX:-256}
 CLIENTS=${CLIENTS:-4}
 TN=${TN:-20}
-STEPS=${STEPS:-remote remote-text reference embedded throughput}
+STEPS=${STEPS:-remote remote-whole remote-text reference embedded throughput}
 OUT=target/bench-loop
 GGUF=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 for step in $STEPS; do
     case $step in
-    remote | remote-text | reference | embedded | throughput) ;;
-    *) echo "bench/loop.sh: unknown step '$step' (steps: remote remote-text reference embedded throughput)" >&2
+    remote | remote-whole | remote-text | reference | embedded | throughput) ;;
+    *) echo "bench/loop.sh: unknown step '$step' (steps: remote remote-whole remote-text reference embedded throughput)" >&2
        exit 2 ;;
     esac
 done
@@ -61,11 +63,11 @@ fi
 # llama, seeker, stop_all
 source bench/servers.sh
 
-# evaluate NAME URL CONCURRENCY QUESTIONS
+# evaluate NAME URL CONCURRENCY QUESTIONS [EVAL ARGS...]
 evaluate() {
     "$SEEKER" eval --dataset data/fanoutqa/dev.json --fanoutqa-subquestions \
         --evidence-in data/wiki/corpus.jsonl --skip "$SKIP" --limit "$4" --max-tokens "$MAX" \
-        --policy search-r1 --concurrency "$3" --url "$2" --out "$OUT/$1.jsonl" >"$OUT/$1.table"
+        --policy search-r1 --concurrency "$3" --url "$2" --out "$OUT/$1.jsonl" "${@:5}" >"$OUT/$1.table"
     curl -s "$2/metrics" >"$OUT/$1.metrics"
 }
 
@@ -84,6 +86,7 @@ reference() {
 for step in $STEPS; do
     case $step in
     remote) evaluate remote "$(remote "$(llama 2 1)")" 1 "$N" ;;
+    remote-whole) evaluate remote-whole "$(remote "$(llama 2 1)")" 1 "$N" --no-stream ;;
     remote-text)
         evaluate remote-text "$(remote "$(llama 2 1)" SEEKER_MODEL__TOKEN_CONTINUATION=false)" 1 "$N" ;;
     reference)
@@ -112,6 +115,7 @@ print("| run | clients | questions | s/question mean (p50) | questions/min | pro
       "prefilled / q | generated / q | searches / q | EM | F1 |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 rows = [("seeker, llama.cpp, token ids", "remote", 1, n),
+        ("seeker, llama.cpp, token ids, not streamed", "remote-whole", 1, n),
         ("seeker, llama.cpp, text", "remote-text", 1, n),
         ("seeker, embedded (mistral.rs)", "embedded", 1, n),
         ("seeker, llama.cpp 1 slot", f"remote-c{clients}-1slot", clients, tn),

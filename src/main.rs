@@ -181,6 +181,10 @@ struct EvalArgs {
     /// Seconds allowed per question.
     #[arg(long, default_value_t = 600, conflicts_with = "retrieval_only")]
     timeout: u64,
+    /// Ask each question without streaming (`stream: false`), as a Python
+    /// loop does: one JSON answer a question, no time to first token.
+    #[arg(long, conflicts_with = "retrieval_only")]
+    no_stream: bool,
     /// Bearer key for the server.
     #[arg(long, env = "SEEKER_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -467,6 +471,7 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
             temperature: args.temperature,
             concurrency: args.concurrency as usize,
             timeout: std::time::Duration::from_secs(args.timeout),
+            stream: !args.no_stream,
             api_key: args.api_key.map(seeker::secret::Secret::from),
         })
     };

@@ -1,7 +1,8 @@
 //! `seeker eval`: runs a QA dataset against a running seeker (or any
 //! OpenAI-compatible) server and scores it the way the search-policy papers do.
 //!
-//! Each question is one streamed chat completion (greedy by default). Against a
+//! Each question is one streamed chat completion (greedy by default; or one
+//! JSON answer with `--no-stream`, which has no time to first token). Against a
 //! seeker server the request also asks for the rollout (`return_transcript`),
 //! which gives searches, queries, rounds, generated tokens and the documents
 //! spliced — hence the answer recall of retrieval, a metric that needs no good
@@ -50,6 +51,9 @@ pub struct EvalConfig {
     /// Per-question deadline.
     #[serde(serialize_with = "as_secs")]
     pub timeout: Duration,
+    /// Stream each answer (`stream: true`, which gives the time to first
+    /// token) or ask for one JSON answer (`stream: false`).
+    pub stream: bool,
     /// `Authorization: Bearer` key, when the server wants one (never written out).
     #[serde(skip)]
     pub api_key: Option<Secret>,
@@ -336,7 +340,7 @@ async fn ask(client: &reqwest::Client, config: &EvalConfig, item: &QaItem) -> Qu
     let started = Instant::now();
     let mut body = json!({
         "model": config.model,
-        "stream": true,
+        "stream": config.stream,
         "max_tokens": config.max_tokens,
         "temperature": config.temperature,
         "messages": [{"role": "user", "content": item.question}],
@@ -371,7 +375,11 @@ async fn ask(client: &reqwest::Client, config: &EvalConfig, item: &QaItem) -> Qu
             let text = response.text().await.unwrap_or_default();
             return Err((format!("http_{}", status.as_u16()), text));
         }
-        read_stream(response, started).await
+        if config.stream {
+            read_stream(response, started).await
+        } else {
+            read_answer(response).await
+        }
     };
     let outcome = match tokio::time::timeout(config.timeout, work).await {
         Err(_) => {
@@ -395,6 +403,28 @@ struct Streamed {
     first_token: Option<f64>,
     finish_reason: Option<String>,
     seeker: Option<Value>,
+}
+
+/// What a non-streamed completion gave (`choices[0].message.content`, its
+/// `finish_reason`, seeker's `seeker` object); no time to first token.
+async fn read_answer(response: reqwest::Response) -> Result<Streamed, (String, String)> {
+    let v: Value = response
+        .json()
+        .await
+        .map_err(|e| ("stream".to_string(), format!("bad answer: {e}")))?;
+    if let Some(err) = v.get("error") {
+        return Err(("server_error".to_string(), err.to_string()));
+    }
+    let choice = &v["choices"][0];
+    Ok(Streamed {
+        content: choice["message"]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        first_token: None,
+        finish_reason: choice["finish_reason"].as_str().map(str::to_string),
+        seeker: v["seeker"].is_object().then(|| v["seeker"].clone()),
+    })
 }
 
 async fn read_stream(

@@ -497,11 +497,51 @@ fn eval_runs_against_the_real_server(base: &str) {
         assert_eq!(first["question"], second["question"]);
         assert_eq!(first["prediction"], second["prediction"]);
     }
+
+    // Without streaming (`--no-stream`, one JSON answer a question): the same
+    // answers, searches and rollouts, and no time to first token.
+    let whole_path = tmp.path().join("whole.jsonl");
+    let whole = run_eval_with(base, 5, &whole_path, &["--no-stream"]);
+    assert!(
+        whole.status.success(),
+        "{}",
+        String::from_utf8_lossy(&whole.stderr)
+    );
+    let whole: Vec<Value> = std::fs::read_to_string(&whole_path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(whole.len(), 5);
+    for (first, second) in lines.iter().zip(&whole) {
+        for key in [
+            "question",
+            "prediction",
+            "transcript",
+            "searches",
+            "rounds",
+            "completion_tokens",
+        ] {
+            assert_eq!(first[key], second[key], "{key}");
+        }
+        assert!(second["error"].is_null(), "{second}");
+        assert!(second["time_to_first_token_s"].is_null(), "{second}");
+    }
 }
 
 /// Runs `seeker eval` on the first `limit` FanOutQA dev sub-questions whose
 /// evidence article is in the default corpus, greedy, 32 tokens per answer.
 fn run_eval(base: &str, limit: usize, out_path: &Path) -> std::process::Output {
+    run_eval_with(base, limit, out_path, &[])
+}
+
+/// [`run_eval`] with `extra` arguments.
+fn run_eval_with(
+    base: &str,
+    limit: usize,
+    out_path: &Path,
+    extra: &[&str],
+) -> std::process::Output {
     Command::new(SEEKER)
         .arg("eval")
         .arg("--dataset")
@@ -512,6 +552,7 @@ fn run_eval(base: &str, limit: usize, out_path: &Path) -> std::process::Output {
         .arg(default_data("data/wiki/corpus.jsonl"))
         .args(["--url", base, "--out"])
         .arg(out_path)
+        .args(extra)
         .output()
         .unwrap()
 }
