@@ -28,7 +28,9 @@
 //!   and options, `types` its wire types, `render` its output and events), `mcp` (the MCP
 //!   server), `citations` (`url_citation`s of an answer), `observe`
 //!   (per-request metrics from a rollout's events), `headers` (security
-//!   headers); `state`, `error`, `openai` (wire types), `api_doc` (OpenAPI).
+//!   headers); `state`, `error`, `openai` (wire types: `request` what a
+//!   client sends, `response` the completion and its chunks), `api_doc`
+//!   (OpenAPI).
 //! - [`rollout`]: the search loop of one request: `prompt` (the first
 //!   prompt), then round by round `round` (what a round ended in) and
 //!   `search` (its queries at once, pages, splices); `resume` (a client's

@@ -1,12 +1,12 @@
 //! The tag scanner: a pure, synchronous state machine over generated text.
 //!
 //! The search loop feeds it the policy's output in whatever pieces the engine
-//! produces (one token, several tokens, or raw bytes that may split a UTF-8
-//! character). It tells the loop which text is safe to show, which region that
+//! produces (one token or several; whole characters, as engines send them). It
+//! tells the loop which text is safe to show, which region that
 //! text belongs to (reasoning, a query, an answer) and when the round ends.
 //!
 //! Guarantees, for any input and any way of splitting it into pieces (tested by
-//! splitting at every byte boundary, see the tests below):
+//! splitting at every byte boundary, which only the tests' `push_bytes` can):
 //! - the same events come out, up to how adjacent text is grouped;
 //! - no part of a tag is ever released as text: a suffix that could still become a
 //!   tag is held back until it either completes the tag or can no longer become one
@@ -177,7 +177,9 @@ pub struct TagScanner {
     tags: TagSet,
     /// Text received but not yet released (at most a partial tag after `process`).
     pending: String,
-    /// Bytes of an incomplete UTF-8 character from [`TagScanner::push_bytes`].
+    /// Bytes of an incomplete UTF-8 character from `push_bytes` (tests
+    /// only: engines send whole characters, [`crate::engine::EngineEvent::Text`]).
+    #[cfg(test)]
     utf8_tail: Vec<u8>,
     region: Region,
     /// Raw content of the current query or answer region.
@@ -194,6 +196,7 @@ impl TagScanner {
         Self {
             tags,
             pending: String::new(),
+            #[cfg(test)]
             utf8_tail: Vec::new(),
             region: Region::Reasoning,
             content: String::new(),
@@ -212,11 +215,6 @@ impl TagScanner {
         self.ended
     }
 
-    /// The region the next released text belongs to.
-    pub fn region(&self) -> Region {
-        self.region
-    }
-
     /// The raw text of this round kept for the transcript: everything through
     /// the round-ending tag (nothing after it), or everything so far.
     pub fn kept_text(&self) -> &str {
@@ -228,6 +226,7 @@ impl TagScanner {
         if self.ended {
             return;
         }
+        #[cfg(test)]
         if !self.utf8_tail.is_empty() {
             // A str piece after raw bytes: the incomplete character can never
             // complete, so it is released as U+FFFD like any invalid byte.
@@ -239,8 +238,11 @@ impl TagScanner {
     }
 
     /// Feeds raw bytes, which may end (or start) inside a multi-byte UTF-8
-    /// character; invalid sequences become U+FFFD.
-    pub fn push_bytes(&mut self, bytes: &[u8], out: &mut Vec<ScanEvent>) {
+    /// character; invalid sequences become U+FFFD. Tests only: they split
+    /// input at every byte to check that events do not depend on where the
+    /// pieces end.
+    #[cfg(test)]
+    fn push_bytes(&mut self, bytes: &[u8], out: &mut Vec<ScanEvent>) {
         if self.ended {
             return;
         }
@@ -284,6 +286,7 @@ impl TagScanner {
         if self.ended {
             return;
         }
+        #[cfg(test)]
         if !self.utf8_tail.is_empty() {
             let tail = std::mem::take(&mut self.utf8_tail);
             self.pending.push_str(&String::from_utf8_lossy(&tail));
@@ -320,6 +323,7 @@ impl TagScanner {
         }
         // The round is over: nothing after the closing tag survives.
         self.pending.clear();
+        #[cfg(test)]
         self.utf8_tail.clear();
     }
 

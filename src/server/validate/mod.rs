@@ -276,13 +276,8 @@ fn chat_turns(messages: &[ChatMessage]) -> Result<Vec<ChatTurn>, ApiError> {
 fn chat_turn(i: usize, m: &ChatMessage) -> Result<ChatTurn, ApiError> {
     let content = match &m.content {
         None => String::new(),
-        Some(c) => c.text().map_err(|kind| {
-            let message = if kind == "text" {
-                "a text part needs a `text` string".to_string()
-            } else {
-                format!("content parts of type `{kind}` are not supported; send text")
-            };
-            ApiError::invalid_field(&format!("messages[{i}].content"), message)
+        Some(c) => c.text().map_err(|e| {
+            ApiError::invalid_field(&format!("messages[{i}].content"), e.to_string())
         })?,
     };
     let mut turn = ChatTurn::new(m.role.into(), content);
