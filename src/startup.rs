@@ -277,10 +277,19 @@ impl TemplateSource {
                 ChatTemplate::from_gguf(gguf),
                 crate::engine::prepare::special_tokens(gguf)?,
             ),
-            TemplateSource::TokenizerConfig(path) => (
-                ChatTemplate::from_tokenizer_config(path),
-                crate::engine::chat_template::special_tokens_of_tokenizer_config(path)?,
-            ),
+            TemplateSource::TokenizerConfig(path) => {
+                let tokens =
+                    crate::engine::chat_template::special_tokens_of_tokenizer_config(path)?;
+                if tokens.is_empty() {
+                    tracing::warn!(
+                        tokenizer_config = %path.display(),
+                        "no control tokens found (no special added_tokens_decoder entries, \
+                         no bos/eos/pad token, no additional_special_tokens): control tokens \
+                         written in messages and documents reach the model as such"
+                    );
+                }
+                (ChatTemplate::from_tokenizer_config(path), tokens)
+            }
         })
     }
 }

@@ -256,8 +256,25 @@ fn python_tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     Ok(Value::from_safe_string(crate::pyjson::dumps(&json, indent)))
 }
 
-/// The control tokens of a Hugging Face `tokenizer_config.json`: the
-/// `content` of every `added_tokens_decoder` entry marked `special`, sorted.
+/// The special-token attributes of a `tokenizer_config.json` (what
+/// `transformers`' `all_special_tokens` gathers besides added tokens).
+const SPECIAL_TOKEN_KEYS: [&str; 7] = [
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+];
+
+/// The control tokens of a Hugging Face `tokenizer_config.json`, sorted:
+/// the `content` of every `added_tokens_decoder` entry marked `special`,
+/// the special-token attributes (`bos_token`, `eos_token`, `unk_token`,
+/// `sep_token`, `pad_token`, `cls_token`, `mask_token`) and every entry of
+/// `additional_special_tokens`, each a string or a `{"content": …}` object.
+/// A file with none of these gives an empty list (startup warns: nothing in
+/// user text is then defused).
 ///
 /// # Errors
 /// An unreadable or malformed file.
@@ -265,18 +282,30 @@ pub fn special_tokens_of_tokenizer_config(path: &Path) -> Result<Vec<String>, En
     let load = |e: String| EngineError::Load(format!("{}: {e}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
     let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| load(e.to_string()))?;
-    let mut tokens: Vec<String> = config["added_tokens_decoder"]
+    let content = |t: &serde_json::Value| match t {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+        _ => None,
+    };
+    let added = config["added_tokens_decoder"]
         .as_object()
-        .map(|added| {
-            added
-                .values()
-                .filter(|t| t["special"] == true)
-                .filter_map(|t| t["content"].as_str())
-                .filter(|t| !t.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+        .into_iter()
+        .flat_map(|added| added.values())
+        .filter(|t| t["special"] == true)
+        .filter_map(|t| t["content"].as_str().map(str::to_string));
+    let named = SPECIAL_TOKEN_KEYS
+        .iter()
+        .filter_map(|key| content(&config[*key]));
+    let additional = config["additional_special_tokens"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(content);
+    let mut tokens: Vec<String> = added
+        .chain(named)
+        .chain(additional)
+        .filter(|t| !t.is_empty())
+        .collect();
     tokens.sort();
     tokens.dedup();
     Ok(tokens)
@@ -339,5 +368,34 @@ mod tests {
             special_tokens_of_tokenizer_config(&path).unwrap(),
             ["</s>", "<s>"]
         );
+    }
+
+    /// A config without `added_tokens_decoder` (older or hand-written files)
+    /// still names its control tokens through the special-token attributes,
+    /// so user text is defused as with a full one.
+    #[test]
+    fn a_minimal_tokenizer_config_names_its_control_tokens_by_attribute() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer_config.json");
+        std::fs::write(
+            &path,
+            serde_json::json!({
+                "chat_template": CHATML,
+                "eos_token": "<|im_end|>",
+                "pad_token": {"content": "<|endoftext|>"},
+                "unk_token": null,
+                "additional_special_tokens": ["<|im_start|>", {"content": "<|im_end|>"}, 7],
+            })
+            .to_string(),
+        )
+        .unwrap();
+        assert_eq!(
+            special_tokens_of_tokenizer_config(&path).unwrap(),
+            ["<|endoftext|>", "<|im_end|>", "<|im_start|>"]
+        );
+        std::fs::write(&path, r#"{"chat_template": "x"}"#).unwrap();
+        assert!(special_tokens_of_tokenizer_config(&path)
+            .unwrap()
+            .is_empty());
     }
 }

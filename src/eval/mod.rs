@@ -155,7 +155,8 @@ pub struct Summary {
     pub prompt_tokens_per_question: Option<f64>,
     /// Prompt tokens prefilled per question (read less cached).
     pub prefilled_tokens_per_question: Option<f64>,
-    pub time_to_first_token_s: Stats,
+    /// `None` when no question reported one (`--no-stream`).
+    pub time_to_first_token_s: Option<Stats>,
     pub seconds_per_question: Stats,
     /// Failures by kind.
     pub failures: BTreeMap<String, usize>,
@@ -216,11 +217,13 @@ impl Summary {
                 r.prompt_tokens
                     .map(|p| p.saturating_sub(r.prompt_tokens_cached.unwrap_or(0)) as f64)
             })),
-            time_to_first_token_s: Stats::of(
-                &ok.iter()
+            time_to_first_token_s: Some(
+                ok.iter()
                     .filter_map(|r| r.time_to_first_token_s)
                     .collect::<Vec<_>>(),
-            ),
+            )
+            .filter(|t| !t.is_empty())
+            .map(|t| Stats::of(&t)),
             seconds_per_question: Stats::of(&ok.iter().map(|r| r.seconds).collect::<Vec<_>>()),
             failures,
             wall_seconds,
@@ -265,11 +268,14 @@ impl Summary {
         ];
         for (name, s) in [
             ("time to first token (s)", self.time_to_first_token_s),
-            ("seconds / question", self.seconds_per_question),
+            ("seconds / question", Some(self.seconds_per_question)),
         ] {
             rows.push((
                 name.into(),
-                format!("mean {:.2}, p50 {:.2}, p90 {:.2}", s.mean, s.p50, s.p90),
+                s.map_or_else(
+                    || "n/a (not streamed)".to_string(),
+                    |s| format!("mean {:.2}, p50 {:.2}, p90 {:.2}", s.mean, s.p50, s.p90),
+                ),
             ));
         }
         let failures = if self.failures.is_empty() {

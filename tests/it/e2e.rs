@@ -527,6 +527,11 @@ fn eval_runs_against_the_real_server(base: &str) {
         assert!(second["error"].is_null(), "{second}");
         assert!(second["time_to_first_token_s"].is_null(), "{second}");
     }
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(tmp.path().join("whole.summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(summary["time_to_first_token_s"].is_null(), "{summary}");
 }
 
 /// Runs `seeker eval` on the first `limit` FanOutQA dev sub-questions whose
