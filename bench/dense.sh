@@ -8,13 +8,20 @@
 # profile too, so the dev build is used (PROFILE=release for a release build).
 # Needs data/wiki/index/dense: scripts/fetch-defaults.sh --dense.
 #
-# SIGMA: the noise per coordinate (default 0.05: a copy's cosine with its source ~0.7).
+# DATA: copies (default: noisy copies of the real vectors) or gaussian (draws with the
+#   real vectors' mean and covariance; no near-duplicates).
+# SIGMA: the noise per coordinate of copies (default 0.05: a copy's cosine with its source ~0.7).
+# M, EFC: the graph's m (default 16) and ef_construction (default 100).
 # usage: bench/dense.sh      N=100000 bench/dense.sh      EF=64,128 SIGMA=0.02 bench/dense.sh
+#        DATA=gaussian M=32 EFC=200 bench/dense.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-1000000}
 EF=${EF:-32,64,128,256,512}
 SIGMA=${SIGMA:-0.05}
+DATA=${DATA:-copies}
+M=${M:-16}
+EFC=${EFC:-100}
 PROFILE=${PROFILE:-dev}
 [[ -f data/wiki/index/dense/vectors.f32 ]] || {
     echo "bench/dense.sh: no dense index; run scripts/fetch-defaults.sh --dense" >&2
@@ -23,4 +30,5 @@ PROFILE=${PROFILE:-dev}
 cargo build --quiet --profile "$PROFILE" --example dense_bench
 dir=debug
 [[ $PROFILE == dev ]] || dir=$PROFILE
-/usr/bin/time -f "peak RSS %M KB, %e s wall" "target/$dir/examples/dense_bench" --n "$N" --ef "$EF" --sigma "$SIGMA"
+/usr/bin/time -f "peak RSS %M KB, %e s wall" "target/$dir/examples/dense_bench" --n "$N" --ef "$EF" \
+    --sigma "$SIGMA" --data "$DATA" --m "$M" --ef-construction "$EFC"
