@@ -110,12 +110,11 @@ impl ChatTemplate {
             _ => None,
         }
         .ok_or_else(|| load("no chat_template".into()))?;
-        let token = |key: &str| match &config[key] {
-            serde_json::Value::String(s) => Some(s.clone()),
-            serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
-            _ => None,
-        };
-        Self::new(&source, token("bos_token"), token("eos_token"))
+        Self::new(
+            &source,
+            token_content(&config["bos_token"]),
+            token_content(&config["eos_token"]),
+        )
     }
 
     /// `messages` rendered, ending with the generation prompt of a new
@@ -256,6 +255,16 @@ fn python_tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
     Ok(Value::from_safe_string(crate::pyjson::dumps(&json, indent)))
 }
 
+/// A token as `tokenizer_config.json` writes it: a string, or an
+/// `AddedToken` object's `{"content": …}`.
+fn token_content(token: &serde_json::Value) -> Option<String> {
+    match token {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
+        _ => None,
+    }
+}
+
 /// The special-token attributes of a `tokenizer_config.json` (what
 /// `transformers`' `all_special_tokens` gathers besides added tokens).
 const SPECIAL_TOKEN_KEYS: [&str; 7] = [
@@ -282,11 +291,6 @@ pub fn special_tokens_of_tokenizer_config(path: &Path) -> Result<Vec<String>, En
     let load = |e: String| EngineError::Load(format!("{}: {e}", path.display()));
     let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
     let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| load(e.to_string()))?;
-    let content = |t: &serde_json::Value| match t {
-        serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Object(o) => o.get("content")?.as_str().map(str::to_string),
-        _ => None,
-    };
     let added = config["added_tokens_decoder"]
         .as_object()
         .into_iter()
@@ -295,12 +299,12 @@ pub fn special_tokens_of_tokenizer_config(path: &Path) -> Result<Vec<String>, En
         .filter_map(|t| t["content"].as_str().map(str::to_string));
     let named = SPECIAL_TOKEN_KEYS
         .iter()
-        .filter_map(|key| content(&config[*key]));
+        .filter_map(|key| token_content(&config[*key]));
     let additional = config["additional_special_tokens"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(content);
+        .filter_map(token_content);
     let mut tokens: Vec<String> = added
         .chain(named)
         .chain(additional)
