@@ -1,10 +1,12 @@
 //! Dense search at scale for `bench/README.md` (run by `bench/dense.sh`):
-//! seeker's exact search against an HNSW index (the `hnsw_rs` crate) on
-//! synthetic vectors, with real queries.
+//! seeker's exact search against its sign-bit search with exact rescoring
+//! (`seeker::search::signbits`, what a large index serves) and an HNSW graph
+//! (the `hnsw_rs` crate) on synthetic vectors, with real queries.
 //!
 //! ```text
-//! dense_bench [--n 1000000] [--queries 200] [--m 16] [--ef-construction 100]
-//!             [--ef 32,64,128,256] [--k 10] [--data copies|gaussian]
+//! dense_bench [--n 1000000] [--queries 200] [--k 10] [--data copies|gaussian]
+//!             [--index binary,hnsw] [--rescore 500,1000,2000,4000,8000]
+//!             [--m 16] [--ef-construction 100] [--ef 32,64,128,256]
 //! ```
 //!
 //! Vectors, from the default index's MiniLM vectors (`data/wiki/index/dense`,
@@ -21,7 +23,7 @@
 //! same encoder. Exact search is [`DenseIndex::search`] (one matrix-vector
 //! product and a heap); HNSW uses inner-product distance. Prints one JSON
 //! line per measurement: build seconds and RSS, p50/p99 query latency (one
-//! query at a time), and HNSW's recall@k against exact two ways: by id (the
+//! query at a time), and each approximate index's recall@k against exact two ways: by id (the
 //! share of exact search's top k it returns) and by distance as
 //! ann-benchmarks counts it (`knn` metric: the share of its hits whose
 //! cosine distance is at most exact search's k-th plus [`EPSILON`], so
@@ -68,6 +70,38 @@ struct Args {
     ef: Vec<usize>,
     #[arg(long, default_value_t = 10)]
     k: usize,
+    /// Which approximate indexes to measure.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "binary,hnsw")]
+    index: Vec<Approx>,
+    /// Candidates the binary codes keep for exact rescoring.
+    #[arg(long, value_delimiter = ',', default_value = "500,1000,2000,4000,8000")]
+    rescore: Vec<usize>,
+}
+
+/// An approximate index under test.
+#[derive(Clone, Copy, Debug, PartialEq, clap::ValueEnum)]
+enum Approx {
+    /// Sign-bit codes and exact rescoring (`seeker::search::signbits`).
+    Binary,
+    /// `hnsw_rs`'s graph.
+    Hnsw,
+}
+
+/// Recall@k of `got` against exact search's `want`, by id and by distance
+/// (module documentation); `got` and `want` are `(row, inner product)`.
+fn recall(got: &[(usize, f32)], want: &[(usize, f32)]) -> (usize, usize) {
+    let found = got
+        .iter()
+        .filter(|g| want.iter().any(|w| w.0 == g.0))
+        .count();
+    // ann-benchmarks' `knn` recall: a hit at most EPSILON farther than exact
+    // search's k-th counts (1 - dot is the cosine distance of unit vectors).
+    let kth = want.last().map_or(f32::MIN, |w| w.1);
+    let as_good = got
+        .iter()
+        .filter(|g| (1.0 - g.1) <= (1.0 - kth) + EPSILON)
+        .count();
+    (found, as_good)
 }
 
 /// Resident set size in MiB (`/proc/self/status` VmRSS).
@@ -188,6 +222,40 @@ fn main() -> anyhow::Result<()> {
     );
     drop(exact);
 
+    if args.index.contains(&Approx::Binary) {
+        let before = rss_mib();
+        let started = Instant::now();
+        let codes = seeker::search::signbits::SignCodes::new(&vectors, dim);
+        println!(
+            "{}",
+            json!({"index": "binary", "n": args.n, "build_s": started.elapsed().as_secs_f64(),
+                   "rss_mib": rss_mib() - before, "code_bytes": codes.bytes()})
+        );
+        for &rescore in &args.rescore {
+            let mut ms = Vec::with_capacity(queries.len());
+            let (mut found, mut as_good) = (0usize, 0usize);
+            for (q, want) in queries.iter().zip(&truth) {
+                let t = Instant::now();
+                let got = codes.search(&vectors, q, args.k, rescore);
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+                let (f, a) = recall(&got, want);
+                found += f;
+                as_good += a;
+            }
+            let (p50, p99) = percentiles(ms);
+            println!(
+                "{}",
+                json!({"index": "binary", "n": args.n, "k": args.k, "rescore": rescore,
+                       "p50_ms": p50, "p99_ms": p99,
+                       "recall": found as f64 / (truth.len() * args.k) as f64,
+                       "recall_by_distance": as_good as f64 / (truth.len() * args.k) as f64})
+            );
+        }
+    }
+    if !args.index.contains(&Approx::Hnsw) {
+        return Ok(());
+    }
+
     let before = rss_mib();
     let started = Instant::now();
     let layers = 16.min((args.n as f32).ln().trunc() as usize);
@@ -220,18 +288,11 @@ fn main() -> anyhow::Result<()> {
             let t = Instant::now();
             let got = hnsw.search(q, args.k, ef.max(args.k));
             ms.push(t.elapsed().as_secs_f64() * 1e3);
-            found += got
-                .iter()
-                .filter(|n| want.iter().any(|w| w.0 == n.d_id))
-                .count();
-            // ann-benchmarks' `knn` recall: a hit at most EPSILON farther
-            // than exact search's k-th counts (DistDot is 1 - dot, the
-            // cosine distance of unit vectors).
-            let kth = want.last().map_or(f32::MIN, |w| w.1);
-            as_good += got
-                .iter()
-                .filter(|n| n.distance <= (1.0 - kth) + EPSILON)
-                .count();
+            // DistDot's distance is 1 - dot.
+            let got: Vec<(usize, f32)> = got.iter().map(|n| (n.d_id, 1.0 - n.distance)).collect();
+            let (f, a) = recall(&got, want);
+            found += f;
+            as_good += a;
         }
         let (p50, p99) = percentiles(ms);
         println!(

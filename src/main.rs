@@ -325,7 +325,7 @@ fn cmd_index_dense(
     index: &Path,
     settings: &seeker::config::DenseConfig,
 ) -> anyhow::Result<()> {
-    use seeker::search::dense::{build_dense, BuildStage};
+    use seeker::search::dense::build_dense;
     use seeker::search::embed::Embedder;
     // build_dense runs one batch per core; candle's own threads on top of
     // that made the build slower (bench/README.md). No other thread exists
@@ -339,25 +339,17 @@ fn cmd_index_dense(
         ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} ({eta})")
             .expect("valid progress template"),
     );
-    let stats = build_dense(index, &embedder, &settings.build(), |stage, done, total| {
-        bar.set_message(match stage {
-            BuildStage::Embedding => "embedding documents",
-            BuildStage::Linking => "linking the HNSW graph",
-        });
+    bar.set_message("embedding documents");
+    let stats = build_dense(index, &embedder, settings.batch_size, |done, total| {
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     })?;
     bar.finish_and_clear();
     println!(
-        "embedded {} documents ({}-d, {}){} in {:.1} s -> {}",
+        "embedded {} documents ({}-d, {}) in {:.1} s -> {}",
         stats.rows,
         stats.dim,
         model.display(),
-        if stats.approximate {
-            ", with an HNSW graph"
-        } else {
-            ""
-        },
         stats.seconds,
         index.join(seeker::search::dense::DENSE_DIR).display()
     );

@@ -26,7 +26,7 @@ pub use pages::PagesConfig;
 pub use policy::{GenerationConfig, PolicyConfig};
 pub use search::{
     BackendConfig, BackendKind, DenseConfig, SearchConfig, DEFAULT_APPROXIMATE_ABOVE,
-    DEFAULT_ENCODER, DEFAULT_INDEX,
+    DEFAULT_ENCODER, DEFAULT_INDEX, DEFAULT_RESCORE,
 };
 pub use server::{ServerConfig, MAX_LIMIT};
 

@@ -11,9 +11,10 @@
 //!
 //! Search is exact (every row's inner product with the query: one
 //! matrix-vector product, top-k kept in a heap) up to
-//! `search.dense.approximate_above` rows; a larger corpus also gets an HNSW
-//! graph at build ([`super::ann`]), which open loads instead of the vectors.
-//! `bench/README.md` has the figures. The `hybrid` backend, which fuses
+//! `search.dense.approximate_above` rows; a larger corpus is searched by its
+//! sign-bit codes, with the best `search.dense.rescore` candidates scored
+//! exactly ([`super::signbits`]), made from the same vectors when the index
+//! opens. `bench/README.md` has the figures. The `hybrid` backend, which fuses
 //! this one with BM25, is [`super::hybrid`].
 
 use std::cmp::Ordering;
@@ -26,9 +27,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::ann::{Approximate, HnswParams};
 use super::bm25::{Bm25Index, IndexError};
 use super::embed::{EmbedError, Embedder, EncoderSpec};
+use super::signbits::SignCodes;
 use super::{Document, SearchBackend, SearchError};
 
 /// Directory of the dense index inside a BM25 index directory.
@@ -53,8 +54,6 @@ pub enum DenseError {
     Embed(#[from] EmbedError),
     #[error("dense index: {0}")]
     Tensor(#[from] candle_core::Error),
-    #[error(transparent)]
-    Ann(#[from] super::ann::AnnError),
     /// No dense index, or one that does not belong to this BM25 index or
     /// encoder; the message says how to build the right one.
     #[error("{path}: {reason}; build it with `seeker index --dense {model} --index {index}`")]
@@ -79,29 +78,16 @@ pub struct DenseManifest {
     pub model: String,
     /// Seconds the build took.
     pub seconds: f64,
-    /// The approximate index's parameters when one was built beside the
-    /// vectors ([`super::ann`]); absent: exact search.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hnsw: Option<HnswParams>,
 }
 
-/// How `seeker index --dense` builds (`[search.dense]`).
-#[derive(Clone, Copy, Debug)]
-pub struct DenseBuild {
-    /// Passages per forward pass.
-    pub batch_size: usize,
-    /// Corpora with more rows than this also get an HNSW graph.
-    pub approximate_above: usize,
-    pub hnsw: HnswParams,
-}
-
-/// A stage of [`build_dense`], for its progress callback.
+/// How an open index searches (`[search.dense]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BuildStage {
-    /// Documents embedded.
-    Embedding,
-    /// Vectors linked into the approximate index.
-    Linking,
+pub struct DenseSearch {
+    /// Indexes with more rows than this are searched by their sign-bit codes
+    /// ([`super::signbits`]); up to it, exactly.
+    pub approximate_above: usize,
+    /// Candidates the codes keep for exact scoring (at least top-k).
+    pub rescore: usize,
 }
 
 /// A built index: figures for the command line.
@@ -110,8 +96,6 @@ pub struct DenseStats {
     pub rows: usize,
     pub dim: usize,
     pub seconds: f64,
-    /// Whether an HNSW graph was built too.
-    pub approximate: bool,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DenseError + '_ {
@@ -133,10 +117,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DenseError + '_ {
 pub fn build_dense(
     index_dir: &Path,
     embedder: &Embedder,
-    options: &DenseBuild,
-    on_progress: impl Fn(BuildStage, usize, usize) + Sync,
+    batch: usize,
+    on_progress: impl Fn(usize, usize) + Sync,
 ) -> Result<DenseStats, DenseError> {
-    let batch = options.batch_size;
     let started = Instant::now();
     let index = Bm25Index::open(index_dir)?;
     let rows = index.row_count();
@@ -158,12 +141,6 @@ pub fn build_dense(
     }
     std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
     write_vectors(&tmp.join(VECTORS_FILE), &vectors)?;
-    let hnsw = (rows > options.approximate_above).then_some(options.hnsw);
-    if let Some(params) = hnsw {
-        super::ann::build(&vectors, dim, params, &tmp, |done, total| {
-            on_progress(BuildStage::Linking, done, total)
-        })?;
-    }
     let seconds = started.elapsed().as_secs_f64();
     let manifest = DenseManifest {
         format: DENSE_FORMAT,
@@ -172,7 +149,6 @@ pub fn build_dense(
         encoder: embedder.spec().clone(),
         model: embedder.dir().display().to_string(),
         seconds,
-        hnsw,
     };
     let manifest_path = tmp.join(DENSE_MANIFEST);
     let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
@@ -181,17 +157,12 @@ pub fn build_dense(
         std::fs::remove_dir_all(&dense_dir).map_err(io(&dense_dir))?;
     }
     std::fs::rename(&tmp, &dense_dir).map_err(io(&dense_dir))?;
-    Ok(DenseStats {
-        rows,
-        dim,
-        seconds,
-        approximate: hnsw.is_some(),
-    })
+    Ok(DenseStats { rows, dim, seconds })
 }
 
 /// The embeddings of `texts` (`rows × dim`, row `i` of text `i`), `batch`
 /// passages per forward pass, shortest first (so padding stays small), one
-/// batch per core; `on_progress(Embedding, done, rows)` after each batch.
+/// batch per core; `on_progress(done, rows)` after each batch.
 ///
 /// # Errors
 /// The first encoder failure (the other workers stop at their next batch).
@@ -199,7 +170,7 @@ fn embed_all(
     texts: &[String],
     embedder: &Embedder,
     batch: usize,
-    on_progress: &(impl Fn(BuildStage, usize, usize) + Sync),
+    on_progress: &(impl Fn(usize, usize) + Sync),
 ) -> Result<Vec<f32>, EmbedError> {
     let rows = texts.len();
     let dim = embedder.spec().dim;
@@ -238,7 +209,7 @@ fn embed_all(
                             vectors[row * dim..(row + 1) * dim].copy_from_slice(&v);
                         }
                         *count += chunk.len();
-                        on_progress(BuildStage::Embedding, *count, rows);
+                        on_progress(*count, rows);
                     }
                     Err(e) => {
                         *failed.lock().expect("no worker panics holding it") = Some(e);
@@ -267,15 +238,25 @@ fn write_vectors(path: &Path, vectors: &[f32]) -> Result<(), DenseError> {
     w.flush().map_err(io(path))
 }
 
-/// An open dense index, held in memory (`rows × dim × 4` bytes) as one
-/// `(rows, dim)` matrix: a query's scores are one matrix-vector product
-/// (candle's gemm, SIMD and threaded).
+/// An open dense index, held in memory (`rows × dim × 4` bytes).
 pub struct DenseIndex {
-    /// Exact search's matrix; absent when the graph serves.
-    matrix: Option<candle_core::Tensor>,
-    approximate: Option<Approximate>,
+    search: Search,
     dim: usize,
     manifest: DenseManifest,
+}
+
+/// How a [`DenseIndex`] finds its top k.
+enum Search {
+    /// One `(rows, dim)` matrix: a query's scores are one matrix-vector
+    /// product (candle's gemm, SIMD and threaded).
+    Exact(candle_core::Tensor),
+    /// The vectors (row-major) and their sign-bit codes, `rescore`
+    /// candidates scored exactly.
+    Binary {
+        vectors: Vec<f32>,
+        codes: SignCodes,
+        rescore: usize,
+    },
 }
 
 impl std::fmt::Debug for DenseIndex {
@@ -307,10 +288,10 @@ impl Ord for Hit {
 
 impl DenseIndex {
     /// Opens `<index_dir>/dense` for the BM25 index `bm25` (opened from the
-    /// same directory) and the encoder `spec`; a graph built beside the
-    /// vectors is loaded instead of them and searched with `ef_search`
-    /// candidates. `model_dir`, the encoder's directory, only goes into the
-    /// rebuild command an error names.
+    /// same directory) and the encoder `spec`, searched as `search` says: an
+    /// index of more than `search.approximate_above` rows gets its sign-bit
+    /// codes made (about a second per million 384-d rows). `model_dir`, the
+    /// encoder's directory, only goes into the rebuild command an error names.
     ///
     /// # Errors
     /// [`DenseError::Unusable`] when there is no dense index, or it was built
@@ -321,7 +302,7 @@ impl DenseIndex {
         bm25: &Bm25Index,
         spec: &EncoderSpec,
         model_dir: &Path,
-        ef_search: usize,
+        search: DenseSearch,
     ) -> Result<Self, DenseError> {
         let dir = index_dir.join(DENSE_DIR);
         let unusable = |reason: String| DenseError::Unusable {
@@ -365,22 +346,6 @@ impl DenseIndex {
                 manifest.model
             )));
         }
-        if manifest.hnsw.is_some() {
-            let graph = Approximate::open(&dir, ef_search).map_err(|e| unusable(format!("{e}")))?;
-            if graph.rows() != manifest.rows {
-                return Err(unusable(format!(
-                    "the graph holds {} rows, the manifest {}",
-                    graph.rows(),
-                    manifest.rows
-                )));
-            }
-            return Ok(Self {
-                matrix: None,
-                approximate: Some(graph),
-                dim: spec.dim,
-                manifest,
-            });
-        }
         let path = dir.join(VECTORS_FILE);
         let mut bytes = Vec::new();
         std::fs::File::open(&path)
@@ -399,12 +364,24 @@ impl DenseIndex {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         drop(bytes);
+        if manifest.rows > search.approximate_above {
+            let codes = SignCodes::new(&vectors, dim);
+            return Ok(Self {
+                search: Search::Binary {
+                    vectors,
+                    codes,
+                    rescore: search.rescore,
+                },
+                dim,
+                manifest,
+            });
+        }
         Ok(Self::from_vectors(vectors, dim, manifest)?)
     }
 
-    /// Whether queries go to the HNSW graph (else exact search).
+    /// Whether queries go to the sign-bit codes (else exact search).
     pub fn is_approximate(&self) -> bool {
-        self.approximate.is_some()
+        matches!(self.search, Search::Binary { .. })
     }
 
     /// What it was built from.
@@ -426,7 +403,6 @@ impl DenseIndex {
             encoder,
             model: String::new(),
             seconds: 0.0,
-            hnsw: None,
         };
         Self::from_vectors(vectors, dim, manifest)
     }
@@ -440,8 +416,7 @@ impl DenseIndex {
         let matrix =
             candle_core::Tensor::from_vec(vectors, (rows, dim), &candle_core::Device::Cpu)?;
         Ok(Self {
-            matrix: Some(matrix),
-            approximate: None,
+            search: Search::Exact(matrix),
             dim,
             manifest,
         })
@@ -457,11 +432,13 @@ impl DenseIndex {
         if k == 0 || query.len() != self.dim || self.manifest.rows == 0 {
             return Ok(Vec::new());
         }
-        if let Some(graph) = &self.approximate {
-            return Ok(graph.search(query, k));
-        }
-        let Some(matrix) = &self.matrix else {
-            return Ok(Vec::new());
+        let matrix = match &self.search {
+            Search::Exact(matrix) => matrix,
+            Search::Binary {
+                vectors,
+                codes,
+                rescore,
+            } => return Ok(codes.search(vectors, query, k, *rescore)),
         };
         let q = candle_core::Tensor::from_slice(query, (self.dim, 1), &candle_core::Device::Cpu)?;
         let scores = matrix.matmul(&q)?.squeeze(1)?.to_vec1::<f32>()?;
@@ -613,7 +590,6 @@ mod tests {
                 },
                 model: String::new(),
                 seconds: 0.0,
-                hnsw: None,
             },
         )
         .unwrap();

@@ -10,7 +10,6 @@
 //! index ([`dense`], [`hybrid`], with the sentence encoder of [`embed`]).
 //! [`dispatcher_from_config`] wires them from `[search]`.
 
-pub mod ann;
 pub mod bm25;
 pub mod clean;
 pub mod dense;
@@ -21,6 +20,7 @@ pub mod hybrid;
 pub mod r1searcher;
 pub mod retriever;
 mod setup;
+pub mod signbits;
 pub mod web;
 
 pub use setup::dispatcher_from_config;

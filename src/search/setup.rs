@@ -143,11 +143,11 @@ fn add_dense(
             index,
             embedder.spec(),
             model,
-            config.dense.ef_search,
+            config.dense.search(),
         )?;
         let rows = dense_index.manifest().rows;
         let search = if dense_index.is_approximate() {
-            "hnsw"
+            "binary"
         } else {
             "exact"
         };

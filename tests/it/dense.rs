@@ -377,35 +377,12 @@ async fn index_dense_then_serve_dense_and_hybrid_through_the_real_binary() {
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
     }
 
-    // Past search.dense.approximate_above the build adds an HNSW graph, and
-    // the dense backend searches it: on 500 rows it finds what exact search
-    // finds.
-    let approximate = tmp.path().join("index-hnsw");
-    let out = Command::new(SEEKER)
-        .args(["index", "--corpus"])
-        .arg(&corpus)
-        .arg("--index")
-        .arg(&approximate)
-        .arg("--dense")
-        .arg(&model)
-        .env("SEEKER_SEARCH__DENSE__APPROXIMATE_ABOVE", "100")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        stdout.contains("embedded 500 documents (384-d") && stdout.contains("with an HNSW graph"),
-        "{stdout}"
-    );
-    assert!(approximate.join("dense/hnsw.hnsw.graph").is_file());
-    let manifest = std::fs::read_to_string(approximate.join("dense/seeker-dense.json")).unwrap();
-    assert!(manifest.contains("\"ef_construction\": 100"), "{manifest}");
-    let documents = |index: &std::path::Path, out: &std::path::Path| -> Vec<Value> {
-        let status = Command::new(SEEKER)
+    // Past search.dense.approximate_above the dense backend searches the
+    // same index by its sign-bit codes, scoring only the `rescore` nearest
+    // codes exactly: with 50 of the 500 rows rescored it finds what exact
+    // search finds, and says which search it runs.
+    let documents = |approximate_above: &str, out: &std::path::Path| -> (Vec<Value>, String) {
+        let run = Command::new(SEEKER)
             .args([
                 "eval",
                 "--retrieval-only",
@@ -417,20 +394,29 @@ async fn index_dense_then_serve_dense_and_hybrid_through_the_real_binary() {
             ])
             .arg(&dataset)
             .arg("--index")
-            .arg(index)
+            .arg(&index)
             .arg("--out")
             .arg(out)
-            .status()
+            .env("SEEKER_SEARCH__DENSE__APPROXIMATE_ABOVE", approximate_above)
+            .env("SEEKER_SEARCH__DENSE__RESCORE", "50")
+            .output()
             .unwrap();
-        assert!(status.success());
-        std::fs::read_to_string(out)
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert!(run.status.success(), "{stderr}");
+        let documents = std::fs::read_to_string(out)
             .unwrap()
             .lines()
             .map(|l| serde_json::from_str::<Value>(l).unwrap()["documents"].clone())
-            .collect()
+            .collect();
+        (documents, stderr)
     };
-    let exact = documents(&index, &tmp.path().join("exact.jsonl"));
-    let hnsw = documents(&approximate, &tmp.path().join("hnsw.jsonl"));
+    let (exact, said) = documents("100000", &tmp.path().join("exact.jsonl"));
+    assert!(said.contains("search=\"exact\""), "{said}");
+    let (binary, said) = documents("100", &tmp.path().join("binary.jsonl"));
+    assert!(said.contains("search=\"binary\""), "{said}");
     assert_eq!(exact.len(), 3);
-    assert_eq!(hnsw, exact, "HNSW's top 3 are exact search's");
+    assert_eq!(
+        binary, exact,
+        "the sign-bit search's top 3 are exact search's"
+    );
 }
