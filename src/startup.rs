@@ -321,7 +321,10 @@ async fn connect_remote(
     state: Arc<AppState>,
 ) -> Result<(), EngineError> {
     let started = std::time::Instant::now();
-    let engine = RemoteEngine::connect(&remote, Arc::clone(&state.metrics)).await?;
+    let engine = RemoteEngine::connect(&remote, Arc::clone(&state.metrics), |what| {
+        state.set_waiting(what)
+    })
+    .await?;
     tracing::info!(
         replicas = %remote.urls.join(", "),
         model = engine.model(),

@@ -83,7 +83,7 @@ pub(super) fn context(state: &AppState, validated: &Validated) -> Result<Rollout
     let Some((engine, text)) = state.loaded() else {
         return Err(ApiError::new(
             ErrorCode::ModelLoading,
-            "the model is still loading; retry shortly",
+            state.loading_message(),
         ));
     };
     if state.ops.is_ending() {

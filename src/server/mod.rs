@@ -288,7 +288,7 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
             "every engine replica is marked down; see the server log",
         )
         .into_response(),
-        None => ApiError::new(ErrorCode::ModelLoading, "the model is loading").into_response(),
+        None => ApiError::new(ErrorCode::ModelLoading, state.loading_message()).into_response(),
     }
 }
 

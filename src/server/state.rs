@@ -19,6 +19,9 @@ pub struct AppState {
     /// Set once the model has loaded, with the policy's text side; `None`
     /// until then (`/health` is 503).
     engine: OnceLock<(Arc<dyn Engine>, Arc<PolicyText>)>,
+    /// What the load is waiting for, while it waits on something outside
+    /// the server (a remote engine's replicas); said in the 503s until then.
+    waiting: std::sync::Mutex<Option<String>>,
     /// Every configured search backend, behind one dispatcher.
     pub search: Arc<Dispatcher>,
     /// Every loaded policy profile, by name.
@@ -64,6 +67,7 @@ impl AppState {
         let metrics = Arc::clone(search.metrics());
         Self {
             engine: OnceLock::new(),
+            waiting: std::sync::Mutex::new(None),
             metrics,
             ops: ops::Ops::default(),
             cors_origins: Vec::new(),
@@ -117,6 +121,21 @@ impl AppState {
     /// policy's chats and counts its tokens. A second call is ignored.
     pub fn set_engine(&self, engine: Arc<dyn Engine>, text: Arc<PolicyText>) {
         let _ = self.engine.set((engine, text));
+    }
+
+    /// Says what the load is waiting for (shown in the 503s of `/health`
+    /// and of requests until the engine is set).
+    pub fn set_waiting(&self, what: String) {
+        *self.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(what);
+    }
+
+    /// The 503 message while the model loads: `the model is loading`, and
+    /// what the load is waiting for when it said.
+    pub(crate) fn loading_message(&self) -> String {
+        match &*self.waiting.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(what) => format!("the model is still loading: {what}"),
+            None => "the model is still loading; retry shortly".into(),
+        }
     }
 
     /// The profile named `name`, or the default one.

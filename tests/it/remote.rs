@@ -559,6 +559,63 @@ fn a_remote_engine_without_urls_does_not_start() {
     assert!(stderr.contains("not an http(s) URL"), "{stderr}");
 }
 
+/// A remote engine whose replicas do not answer keeps waiting for them (a
+/// server may still be loading its model), and its 503s say what it waits
+/// for: the replica's URL and what connecting to it gave, not only that the
+/// model is loading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_engine_nobody_answers_says_what_it_waits_for() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nobody = format!("http://127.0.0.1:{port}");
+    let server = start_server_with(
+        shared_index(),
+        &[
+            ("SEEKER_MODEL__ENGINE", "remote"),
+            ("SEEKER_MODEL__REMOTE_URLS", nobody.as_str()),
+        ],
+    );
+    let client = reqwest::Client::new();
+    let began = Instant::now();
+    let said = loop {
+        let response = client
+            .get(format!("{}/health", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 503);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "model_loading", "{body}");
+        let message = body["error"]["message"].as_str().unwrap().to_string();
+        if message.contains("no remote engine replica answers") {
+            break message;
+        }
+        assert!(began.elapsed() < Duration::from_secs(30), "{message}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        said.contains(&nobody) && said.contains("Connection refused"),
+        "{said}"
+    );
+    let response = client
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(&json!({"messages": [{"role": "user", "content": "Hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "model_loading", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no remote engine replica answers") && message.contains(&nobody),
+        "{message}"
+    );
+}
+
 /// Sends SIGSTOP or SIGCONT to a llama.cpp server.
 fn pause(llama: &Llama, name: &str) {
     let status = Command::new("kill")

@@ -104,13 +104,16 @@ impl RemoteEngine {
     /// `GET /v1/models` (retrying every second, with a warning every 10 s:
     /// a server may still be loading its model), taking the model name from
     /// it when `config.model` is `None`. Replicas that do not answer yet are
-    /// marked down and probed later.
+    /// marked down and probed later. While none answers, each try hands
+    /// `waiting` a line that says how long it has waited and what each
+    /// replica answered (for the server's 503s).
     ///
     /// # Errors
     /// [`EngineError::Load`] when no URL is configured or a URL is not http(s).
     pub async fn connect(
         config: &RemoteConfig,
         metrics: Arc<Metrics>,
+        waiting: impl Fn(String),
     ) -> Result<Self, EngineError> {
         if config.urls.is_empty() {
             return Err(EngineError::Load(
@@ -126,7 +129,7 @@ impl RemoteEngine {
             .connect_timeout(config.connect_timeout)
             .build()
             .map_err(|e| EngineError::Load(format!("HTTP client: {e}")))?;
-        let (model, answering) = discover(&client, &replicas, config).await?;
+        let (model, answering) = discover(&client, &replicas, config, waiting).await?;
         let inner = Arc::new(Inner {
             client,
             replicas,
@@ -192,6 +195,7 @@ async fn discover(
     client: &reqwest::Client,
     replicas: &[Replica],
     config: &RemoteConfig,
+    waiting: impl Fn(String),
 ) -> Result<(String, Vec<usize>), EngineError> {
     let started = Instant::now();
     let mut warned = Instant::now();
@@ -205,6 +209,11 @@ async fn discover(
             let model = model_name(config.model.as_ref(), ids)?;
             return Ok((model, answers.answering));
         }
+        waiting(format!(
+            "no remote engine replica answers GET /v1/models yet (waited {} s; {})",
+            started.elapsed().as_secs(),
+            answers.failures.join("; ")
+        ));
         if warned.elapsed() >= Duration::from_secs(10) {
             warned = Instant::now();
             tracing::warn!(
@@ -272,6 +281,21 @@ fn model_name(configured: Option<&String>, ids: Vec<String>) -> Result<String, E
 }
 
 /// The ids a server lists at `GET /v1/models`.
+/// A reqwest error with its root cause (its Display hides it): "error
+/// sending request for url (…): Connection refused (os error 111)".
+fn with_cause(e: &reqwest::Error) -> String {
+    let mut cause = None;
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        cause = Some(s.to_string());
+        source = s.source();
+    }
+    match cause {
+        Some(cause) => format!("{e}: {cause}"),
+        None => e.to_string(),
+    }
+}
+
 async fn list_models(
     client: &reqwest::Client,
     url: &str,
@@ -283,7 +307,7 @@ async fn list_models(
     if let Some(key) = key {
         request = request.bearer_auth(key);
     }
-    let response = request.send().await.map_err(|e| e.to_string())?;
+    let response = request.send().await.map_err(|e| with_cause(&e))?;
     if !response.status().is_success() {
         return Err(format!("status {}", response.status()));
     }
