@@ -31,6 +31,12 @@ pub(super) fn merge_vars(
             continue;
         }
         let default = path.iter().fold(&defaults, |v, part| &v[part.as_str()]);
+        if let Some(hint) = super::removed_setting(&path.join(".")) {
+            return Err(ConfigError::Env {
+                var,
+                message: hint.into(),
+            });
+        }
         let value = env_value(default, &raw).map_err(|message| ConfigError::Env {
             var: var.clone(),
             message,

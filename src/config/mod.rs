@@ -114,6 +114,29 @@ impl Config {
     }
 }
 
+/// Settings that earlier versions had, with what to do instead: the key
+/// (a table covers its keys) and the hint said in its place.
+const REMOVED: &[(&str, &str)] = &[
+    (
+        "search.dense.hnsw",
+        "removed with the HNSW graph (dense indexes past search.dense.approximate_above \
+         are searched by sign-bit codes now); delete it, and set search.dense.rescore for \
+         recall against latency",
+    ),
+    (
+        "search.dense.ef_search",
+        "removed with the HNSW graph; search.dense.rescore (candidates scored exactly) \
+         takes its place",
+    ),
+];
+
+/// What to do instead of `key` (dotted), when it is a removed setting.
+pub(crate) fn removed_setting(key: &str) -> Option<&'static str> {
+    REMOVED.iter().find_map(|(removed, hint)| {
+        (key == *removed || key.starts_with(&format!("{removed}."))).then_some(*hint)
+    })
+}
+
 /// A figment error as one line per failure, `SOURCE: KEY: WHAT`, joined with
 /// `; ` (no mention of figment).
 fn describe(e: figment::Error) -> String {
@@ -125,13 +148,16 @@ fn describe(e: figment::Error) -> String {
                 .and_then(|m| m.source.as_ref())
                 .map(|s| format!("{s}: "))
                 .unwrap_or_default();
-            let key = e.path.join(".");
-            let key = if key.is_empty() {
+            let path = e.path.join(".");
+            let key = if path.is_empty() {
                 String::new()
             } else {
-                format!("{key}: ")
+                format!("{path}: ")
             };
-            format!("{source}{key}{}", e.kind)
+            match removed_setting(&path) {
+                Some(hint) => format!("{source}{key}{hint}"),
+                None => format!("{source}{key}{}", e.kind),
+            }
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -146,6 +172,35 @@ mod tests {
         let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/seeker.toml"));
         let config = Config::load(Some(file), []).unwrap();
         assert_eq!(config, Config::default());
+    }
+
+    #[test]
+    fn a_removed_setting_says_what_replaced_it_in_a_file_and_in_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        for toml in [
+            "[search.dense]\nef_search = 256\n",
+            "[search.dense.hnsw]\nm = 16\n",
+        ] {
+            let file = dir.path().join("old.toml");
+            std::fs::write(&file, toml).unwrap();
+            let err = Config::load(Some(&file), []).unwrap_err().to_string();
+            assert!(
+                err.contains("removed with the HNSW graph") && err.contains("search.dense.rescore"),
+                "{toml}: {err}"
+            );
+        }
+        for var in [
+            "SEEKER_SEARCH__DENSE__EF_SEARCH",
+            "SEEKER_SEARCH__DENSE__HNSW__M",
+        ] {
+            let err = Config::load(None, [(var.to_string(), "16".to_string())])
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(var) && err.contains("search.dense.rescore"),
+                "{var}: {err}"
+            );
+        }
     }
 
     #[test]

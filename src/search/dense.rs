@@ -296,7 +296,7 @@ impl DenseIndex {
     /// # Errors
     /// [`DenseError::Unusable`] when there is no dense index, or it was built
     /// from another corpus, for another number of documents, or with another
-    /// encoder; I/O errors.
+    /// encoder, or its vectors hold a NaN or an infinity; I/O errors.
     pub fn open(
         index_dir: &Path,
         bm25: &Bm25Index,
@@ -364,6 +364,26 @@ impl DenseIndex {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         drop(bytes);
+        if let Some(at) = vectors.iter().position(|x| !x.is_finite()) {
+            return Err(unusable(format!(
+                "{VECTORS_FILE} row {} holds a value that is not a finite number",
+                at / dim.max(1)
+            )));
+        }
+        // Graph files an earlier seeker built beside the vectors (it searched
+        // large indexes with an HNSW graph): nothing reads them now.
+        let stale: Vec<String> = ["hnsw.hnsw.graph", "hnsw.hnsw.data"]
+            .iter()
+            .filter(|name| dir.join(name).is_file())
+            .map(|name| dir.join(name).display().to_string())
+            .collect();
+        if !stale.is_empty() {
+            tracing::warn!(
+                files = %stale.join(", "),
+                "an HNSW graph from an earlier seeker is unused (large indexes are searched \
+                 by sign-bit codes now); delete the files to free the disk"
+            );
+        }
         if manifest.rows > search.approximate_above {
             let codes = SignCodes::new(&vectors, dim);
             return Ok(Self {

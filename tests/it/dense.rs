@@ -419,4 +419,33 @@ async fn index_dense_then_serve_dense_and_hybrid_through_the_real_binary() {
         binary, exact,
         "the sign-bit search's top 3 are exact search's"
     );
+
+    // A vector that is not a number (a damaged file, a broken encoder) makes
+    // the index unusable with the row and the rebuild command, instead of
+    // codes that silently rank every row alike.
+    let vectors = index.join("dense/vectors.f32");
+    let mut bytes = std::fs::read(&vectors).unwrap();
+    bytes[3 * 384 * 4..3 * 384 * 4 + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    std::fs::write(&vectors, bytes).unwrap();
+    let out = Command::new(SEEKER)
+        .args([
+            "eval",
+            "--retrieval-only",
+            "--backend",
+            "dense",
+            "--dataset",
+        ])
+        .arg(&dataset)
+        .arg("--index")
+        .arg(&index)
+        .env("SEEKER_SEARCH__DENSE__APPROXIMATE_ABOVE", "100")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("row 3 holds a value that is not a finite number")
+            && stderr.contains("seeker index --dense"),
+        "{stderr}"
+    );
 }

@@ -561,8 +561,9 @@ fn a_remote_engine_without_urls_does_not_start() {
 
 /// A remote engine whose replicas do not answer keeps waiting for them (a
 /// server may still be loading its model), and its 503s say what it waits
-/// for: the replica's URL and what connecting to it gave, not only that the
-/// model is loading.
+/// for: each replica's URL and what asking it gave, not only that the model
+/// is loading. A replica that answers but lists no model (none loaded yet)
+/// is waited for too, not a reason to exit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_engine_nobody_answers_says_what_it_waits_for() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -571,11 +572,22 @@ async fn a_remote_engine_nobody_answers_says_what_it_waits_for() {
         .unwrap()
         .port();
     let nobody = format!("http://127.0.0.1:{port}");
-    let server = start_server_with(
+    let empty = {
+        let app = axum::Router::new().route(
+            "/v1/models",
+            axum::routing::get(|| async { axum::Json(json!({"object": "list", "data": []})) }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address: SocketAddr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{address}")
+    };
+    let urls = format!("{nobody},{empty}");
+    let mut server = start_server_with(
         shared_index(),
         &[
             ("SEEKER_MODEL__ENGINE", "remote"),
-            ("SEEKER_MODEL__REMOTE_URLS", nobody.as_str()),
+            ("SEEKER_MODEL__REMOTE_URLS", urls.as_str()),
         ],
     );
     let client = reqwest::Client::new();
@@ -600,6 +612,7 @@ async fn a_remote_engine_nobody_answers_says_what_it_waits_for() {
         said.contains(&nobody) && said.contains("Connection refused"),
         "{said}"
     );
+    assert!(said.contains(&format!("{empty}: lists no model")), "{said}");
     let response = client
         .post(format!("{}/v1/chat/completions", server.base))
         .json(&json!({"messages": [{"role": "user", "content": "Hi"}]}))
@@ -613,6 +626,10 @@ async fn a_remote_engine_nobody_answers_says_what_it_waits_for() {
     assert!(
         message.contains("no remote engine replica answers") && message.contains(&nobody),
         "{message}"
+    );
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server keeps waiting"
     );
 }
 

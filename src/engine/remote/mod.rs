@@ -173,8 +173,11 @@ impl RemoteEngine {
 /// The replica at `url` (a `model.remote_urls` entry), checked to be an
 /// http(s) URL.
 fn replica_at(url: &str) -> Result<Replica, EngineError> {
-    let parsed = reqwest::Url::parse(url)
-        .map_err(|e| EngineError::Load(format!("model.remote_urls: {url}: {e}")))?;
+    let parsed = reqwest::Url::parse(url).map_err(|e| {
+        EngineError::Load(format!(
+            "model.remote_urls: {url}: {e} (a base URL such as http://host:8000)"
+        ))
+    })?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(EngineError::Load(format!(
             "model.remote_urls: {url}: not an http(s) URL"
@@ -201,7 +204,7 @@ async fn discover(
     let mut warned = Instant::now();
     let key = config.api_key.as_ref().map(Secret::expose);
     loop {
-        let answers = ask_models(client, replicas, key).await;
+        let answers = ask_models(client, replicas, key, config.model.is_some()).await;
         if let Some(ids) = answers.ids {
             for failure in &answers.failures {
                 tracing::warn!(error = %failure, "engine replica not answering at start; marked down");
@@ -236,8 +239,15 @@ struct Answers {
     failures: Vec<String>,
 }
 
-/// Asks each replica in turn for its models ([`list_models`]).
-async fn ask_models(client: &reqwest::Client, replicas: &[Replica], key: Option<&str>) -> Answers {
+/// Asks each replica in turn for its models ([`list_models`]). When no model
+/// name is configured (`named` false), a replica that lists none has not
+/// answered: it may still be loading one, and the name is needed.
+async fn ask_models(
+    client: &reqwest::Client,
+    replicas: &[Replica],
+    key: Option<&str>,
+    named: bool,
+) -> Answers {
     let mut answers = Answers {
         ids: None,
         answering: Vec::new(),
@@ -245,6 +255,10 @@ async fn ask_models(client: &reqwest::Client, replicas: &[Replica], key: Option<
     };
     for (i, replica) in replicas.iter().enumerate() {
         match list_models(client, &replica.url, key).await {
+            Ok(ids) if ids.is_empty() && !named => answers.failures.push(format!(
+                "{}: lists no model at GET /v1/models (set model.remote_model to name it)",
+                replica.url
+            )),
             Ok(ids) => {
                 answers.answering.push(i);
                 answers.ids.get_or_insert(ids);
@@ -280,7 +294,6 @@ fn model_name(configured: Option<&String>, ids: Vec<String>) -> Result<String, E
     }
 }
 
-/// The ids a server lists at `GET /v1/models`.
 /// A reqwest error with its root cause (its Display hides it): "error
 /// sending request for url (…): Connection refused (os error 111)".
 fn with_cause(e: &reqwest::Error) -> String {
@@ -296,6 +309,7 @@ fn with_cause(e: &reqwest::Error) -> String {
     }
 }
 
+/// The ids a server lists at `GET /v1/models`.
 async fn list_models(
     client: &reqwest::Client,
     url: &str,
@@ -311,7 +325,7 @@ async fn list_models(
     if !response.status().is_success() {
         return Err(format!("status {}", response.status()));
     }
-    let body: Value = response.json().await.map_err(|e| e.to_string())?;
+    let body: Value = response.json().await.map_err(|e| with_cause(&e))?;
     Ok(body["data"]
         .as_array()
         .map(|models| {
