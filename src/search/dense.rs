@@ -462,19 +462,25 @@ impl DenseIndex {
         };
         let q = candle_core::Tensor::from_slice(query, (self.dim, 1), &candle_core::Device::Cpu)?;
         let scores = matrix.matmul(&q)?.squeeze(1)?.to_vec1::<f32>()?;
-        let mut heap = BinaryHeap::with_capacity(k + 1);
-        for (row, &s) in scores.iter().enumerate() {
-            if heap.len() < k {
-                heap.push(Hit(s, row));
-            } else if heap.peek().is_some_and(|worst: &Hit| s > worst.0) {
-                heap.pop();
-                heap.push(Hit(s, row));
-            }
-        }
-        let mut hits: Vec<(usize, f32)> = heap.into_iter().map(|Hit(s, r)| (r, s)).collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        Ok(hits)
+        Ok(top_k(scores.into_iter().enumerate(), k))
     }
+}
+
+/// The `k` best of `scored` (`(row, score)` in row order), best first; ties
+/// go to the lower row. A heap of k, so the rows are not all sorted.
+pub(super) fn top_k(scored: impl IntoIterator<Item = (usize, f32)>, k: usize) -> Vec<(usize, f32)> {
+    let mut heap = BinaryHeap::with_capacity(k + 1);
+    for (row, s) in scored {
+        if heap.len() < k {
+            heap.push(Hit(s, row));
+        } else if heap.peek().is_some_and(|worst: &Hit| s > worst.0) {
+            heap.pop();
+            heap.push(Hit(s, row));
+        }
+    }
+    let mut hits: Vec<(usize, f32)> = heap.into_iter().map(|Hit(s, r)| (r, s)).collect();
+    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    hits
 }
 
 fn short(fingerprint: &str) -> String {

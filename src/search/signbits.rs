@@ -17,6 +17,8 @@
 //! it found more of exact search's top 10, sooner, for a fraction of the
 //! memory and no build time.
 
+use super::embed::dot;
+
 /// The sign-bit codes of a matrix of vectors, and how to search them.
 pub struct SignCodes {
     dim: usize,
@@ -119,7 +121,7 @@ impl SignCodes {
         rescore: usize,
     ) -> Vec<(usize, f32)> {
         use rayon::prelude::*;
-        let mut hits: Vec<(usize, f32)> = self
+        let scored: Vec<(usize, f32)> = self
             .candidates(query, rescore.max(k))
             .into_par_iter()
             .with_min_len(512)
@@ -130,9 +132,7 @@ impl SignCodes {
                 )
             })
             .collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        hits.truncate(k);
-        hits
+        super::dense::top_k(scored, k)
     }
 }
 
@@ -204,25 +204,6 @@ fn hamming<const W: usize>(codes: &[u64], q: &[u64], out: &mut [u16]) {
         }
         *d = sum as u16;
     }
-}
-
-/// The inner product of two equal-length vectors, eight lanes at a time (so
-/// the compiler can keep it in SIMD registers despite float ordering).
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]
@@ -325,18 +306,5 @@ mod tests {
             3,
             "rescore below k"
         );
-    }
-
-    #[test]
-    fn dot_is_the_inner_product_at_any_length() {
-        for n in [0, 1, 7, 8, 9, 384, 385] {
-            let (a, b) = (noise(1, n), noise(2, n));
-            let want: f64 = a
-                .iter()
-                .zip(&b)
-                .map(|(x, y)| f64::from(*x) * f64::from(*y))
-                .sum();
-            assert!((f64::from(dot(&a, &b)) - want).abs() < 1e-4, "n {n}");
-        }
     }
 }

@@ -438,6 +438,14 @@ enum Fault {
     Malformed,
 }
 
+/// Serves `app` on a free local port in the background; its base URL.
+async fn serve(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address: SocketAddr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
 /// A server that lists a model and answers health checks, but fails every
 /// completion as `fault` says.
 async fn faulty(fault: Fault) -> String {
@@ -470,10 +478,7 @@ async fn faulty(fault: Fault) -> String {
             }),
         );
     use axum::response::IntoResponse;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    format!("http://{address}")
+    serve(app).await
 }
 
 /// A server that errs, hangs or sends a broken stream gives the client the
@@ -577,10 +582,7 @@ async fn a_remote_engine_nobody_answers_says_what_it_waits_for() {
             "/v1/models",
             axum::routing::get(|| async { axum::Json(json!({"object": "list", "data": []})) }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address: SocketAddr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        format!("http://{address}")
+        serve(app).await
     };
     let urls = format!("{nobody},{empty}");
     let mut server = start_server_with(
@@ -753,10 +755,7 @@ async fn proxy(
                 .unwrap()
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}"), counter)
+    (serve(app).await, counter)
 }
 
 /// A server that takes only text prompts refuses the first round sent as
