@@ -22,6 +22,8 @@
 //! - `prepare`: weight copies of the default GGUF (`seeker model prepare`).
 //! - `remote`: the remote engine against real llama.cpp servers (xllamacpp)
 //!   and against in-test servers that fail.
+//! - `stops`: in-test servers that hand back the stop string they stopped at
+//!   as llama-server, vLLM and SGLang do, through the real binary.
 //! - `startup`: the real binary started, loaded, and stopped by signals while
 //!   requests arrive; `seeker index` and `seeker eval` stopped by signals.
 //! - `faults`: faults found by attacking the running server, through the real
@@ -54,4 +56,5 @@ mod reuse;
 mod rollout;
 mod splice;
 mod startup;
+mod stops;
 mod tools;

@@ -439,7 +439,7 @@ enum Fault {
 }
 
 /// Serves `app` on a free local port in the background; its base URL.
-async fn serve(app: axum::Router) -> String {
+pub(crate) async fn serve(app: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address: SocketAddr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });

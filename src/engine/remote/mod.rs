@@ -397,6 +397,7 @@ impl Engine for RemoteEngine {
             prompt: prompt.to_string(),
             ids,
             params: params.clone(),
+            keeper: inner.begin_round(params.session).await,
         };
         let started = Started {
             replica,

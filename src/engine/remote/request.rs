@@ -14,9 +14,10 @@
 //! "temperature", "top_p", "stream": true, "stream_options":
 //! {"include_usage": true, "continuous_usage_stats": true},
 //! "timings_per_token": true}`, and with token continuation
-//! `"return_token_ids": true, "logprobs": 1, "post_sampling_probs": true`.
-//! Stop strings are **not** sent (the stream is cut at them by seeker
-//! itself: `stream.rs`). A replica that refuses a
+//! `"return_token_ids": true, "logprobs": 1, "post_sampling_probs": true,
+//! "stop": [the round's stop strings], "include_stop_str_in_output": true`
+//! (seeker also cuts the stream at them itself, and reads back a stop
+//! string the server dropped: `stream.rs`). A replica that refuses a
 //! connection, answers 5xx/408/429 or stays silent past the read timeout
 //! is marked down and the request goes to another; a 4xx is the request's
 //! own fault (a context overflow, or a refused token prompt: then the
@@ -56,6 +57,8 @@ pub(super) struct Asked {
     pub(super) ids: Option<Arc<Vec<u32>>>,
     /// The round's sampling settings, stop strings and session.
     pub(super) params: GenerationParams,
+    /// Keeps the round for the next one's token prompt.
+    pub(super) keeper: tokens::Keeper,
 }
 
 /// A round's stream as it started: the replica, its response (headers read,
@@ -89,6 +92,16 @@ impl Inner {
             body["return_token_ids"] = json!(true);
             body["logprobs"] = json!(1);
             body["post_sampling_probs"] = json!(true);
+            // The server stops at the round's stop strings itself: cut by
+            // seeker alone, it had already begun the next token when the
+            // connection closed, and finished it before taking the next
+            // round (bench/README.md, "Per-question cost"). The ids above
+            // are how seeker reads back a stop string llama-server drops;
+            // vLLM keeps it in the text when asked.
+            if !params.stop.is_empty() {
+                body["stop"] = json!(params.stop);
+                body["include_stop_str_in_output"] = json!(true);
+            }
         }
         if params.is_greedy() {
             body["temperature"] = json!(0.0);
@@ -246,6 +259,7 @@ impl Inner {
             prompt,
             mut ids,
             params,
+            keeper,
         } = asked;
         let mut progress = Progress::default();
         let Started {
@@ -258,13 +272,16 @@ impl Inner {
                 .forward(replica, response, &params, &mut progress, &tx, sent_at)
                 .await
             {
-                StreamEnd::Done | StreamEnd::Cancelled => {
+                end @ (StreamEnd::Done(_) | StreamEnd::Cancelled) => {
                     let round = tokens::Round {
                         prompt,
                         ids,
                         generated: progress.chunks,
                     };
-                    self.keep_round(params.session, round).await;
+                    Self::keep_round(keeper, round);
+                    if let StreamEnd::Done(finish) = end {
+                        let _ = tx.send(Ok(EngineEvent::Done(finish))).await;
+                    }
                     return;
                 }
                 StreamEnd::Failed { kind, message } => {

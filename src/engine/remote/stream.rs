@@ -11,11 +11,17 @@
 //!
 //! The answer is SSE `data:` lines of `{"choices": [{"text",
 //! "finish_reason"}], "usage"?, "timings"?}` ending with `data: [DONE]`.
-//! Stop strings are **not** sent to the servers: they drop a matched stop
-//! string from the text and not all of them say which one matched
-//! (llama-server's `/v1/completions` does not), so seeker scans the text
-//! for the round's stop strings and closes the connection at the first one
-//! (the servers stop generating when the client disconnects). The prompt's
+//! The round's stop strings go to the server with token continuation on
+//! (`request.rs`), so it stops at once instead of writing one more token
+//! before it sees the client leave; and seeker still scans the text for
+//! them and closes the connection at the first one, for servers that
+//! ignore `stop`. Servers drop a matched stop string from the text: vLLM
+//! keeps it when asked (`include_stop_str_in_output`), SGLang names it
+//! (`matched_stop`), and llama-server sends the ids of the tokens it holds
+//! back (a partial or whole stop string) with empty text; at the finish
+//! those ids are read back as text (`POST /detokenize`) and scanned like
+//! the rest. Held-back ids whose text comes later go with that text. The
+//! prompt's
 //! token count and the tokens taken from the prefix cache come from vLLM's
 //! per-chunk usage (`continuous_usage_stats`,
 //! `usage.prompt_tokens_details.cached_tokens`) or llama-server's per-token
@@ -29,7 +35,7 @@ use tokio::sync::mpsc;
 
 use super::pool::FailureKind;
 use super::wire::{parse_chunk, SseLines};
-use super::Inner;
+use super::{Inner, LOG_TARGET};
 use crate::engine::{EngineError, EngineEvent, EngineFinish, GenerationParams};
 
 /// Where a round's events go: the consumer of the generation.
@@ -88,10 +94,33 @@ impl Progress {
     }
 }
 
+/// The part of `stop` that `sent` does not already end with: a server that
+/// names the stop string it matched may have sent its first characters.
+fn unwritten<'s>(sent: &str, stop: &'s str) -> &'s str {
+    let written = (0..=stop.len())
+        .rev()
+        .find(|&k| stop.is_char_boundary(k) && sent.ends_with(&stop[..k]))
+        .unwrap_or(0);
+    &stop[written..]
+}
+
+/// The round's last text as [`Inner::last_text`] reads it.
+struct LastText {
+    /// To forward.
+    text: String,
+    /// The ids `text` (with `rejoins`) came from; empty when unknown.
+    ids: Vec<u32>,
+    /// Text already forwarded in the last chunk that the ids also cover:
+    /// that chunk and this one are kept as one.
+    rejoins: Option<String>,
+}
+
 /// How one replica's stream ended.
 pub(super) enum StreamEnd {
-    /// Finished (or cut at a stop string); nothing more to do.
-    Done,
+    /// Finished (or cut at a stop string), for the reason given: the
+    /// caller keeps the round for the next one's token prompt, then tells
+    /// the consumer (which may start that round at once).
+    Done(EngineFinish),
     /// The consumer left.
     Cancelled,
     /// The replica failed mid-stream: re-run elsewhere.
@@ -143,6 +172,14 @@ struct Forwarding<'a> {
     generated_base: Option<usize>,
     /// Bytes of the round's longest stop string.
     longest_stop: usize,
+    /// Ids of tokens whose text the server holds back (a possible stop
+    /// string, or an unfinished character): they go with the text that
+    /// comes next, or are read back at the finish.
+    held: Vec<u32>,
+    /// The last chunk's text and ids when they included held-back ids: at
+    /// a stop string llama-server sends the text before it with the ids of
+    /// the stop string's tokens too.
+    released: Option<(String, Vec<u32>)>,
 }
 
 impl Inner {
@@ -174,6 +211,8 @@ impl Inner {
             first_text: true,
             generated_base: None,
             longest_stop: params.stop.iter().map(String::len).max().unwrap_or(0),
+            held: Vec::new(),
+            released: None,
         };
         loop {
             let next = tokio::select! {
@@ -251,28 +290,173 @@ impl Inner {
                 }
             }
         }
-        if !chunk.text.is_empty() {
+        if let Some(finish) = chunk.finish {
+            self.mark_up(state.i);
+            let last = self
+                .last_text(
+                    state,
+                    &progress.text,
+                    finish,
+                    chunk.text,
+                    chunk.ids,
+                    chunk.matched_stop,
+                )
+                .await;
             let end = self
-                .on_text(state, progress, chunk.text, chunk.ids, chunk.generated)
+                .forward_last(state, progress, last, chunk.generated)
                 .await;
             if end.is_some() {
                 return end;
             }
-        } else if let Some(n) = chunk.generated {
-            state.generated_base = Some(n);
+            return Some(StreamEnd::Done(finish));
         }
-        if let Some(finish) = chunk.finish {
-            self.mark_up(state.i);
-            let _ = state.tx.send(Ok(EngineEvent::Done(finish))).await;
-            return Some(StreamEnd::Done);
+        if !chunk.text.is_empty() {
+            let released = !state.held.is_empty();
+            let mut ids = std::mem::take(&mut state.held);
+            ids.extend(chunk.ids);
+            state.released = released.then(|| (chunk.text.clone(), ids.clone()));
+            return self
+                .on_text(state, progress, chunk.text, ids, chunk.generated, 1)
+                .await;
+        }
+        if !chunk.ids.is_empty() {
+            // Text held back: its tokens are counted when it comes.
+            if state.generated_base.is_none() {
+                state.generated_base = chunk.generated.map(|n| n.saturating_sub(chunk.ids.len()));
+            }
+            state.held.extend(chunk.ids);
+        } else if let Some(n) = chunk.generated.filter(|_| state.held.is_empty()) {
+            state.generated_base = Some(n);
         }
         None
     }
 
+    /// The round's last text, from the finish chunk's `text` and `ids` and
+    /// what the server held back:
+    /// - with a stop string the server names (`matched`, one of the
+    ///   round's), `text` ending with it, completed where the text
+    ///   `forwarded` so far and `text` do not end with it already (vLLM
+    ///   keeps it when asked; SGLang drops it);
+    /// - with held-back tokens (llama-server: ids that came with empty
+    ///   text, and the last chunk's when it released some), their ids read
+    ///   back by the replica, when that text holds a stop string or the
+    ///   round ran out of tokens; the part already forwarded is not sent
+    ///   again. Otherwise the round ended at an end-of-sequence token, whose
+    ///   text is no part of the round, and `text` is what the server
+    ///   flushed. A replica that cannot read the ids back leaves `text`
+    ///   (logged).
+    async fn last_text(
+        &self,
+        state: &mut Forwarding<'_>,
+        forwarded: &str,
+        finish: EngineFinish,
+        mut text: String,
+        ids: Vec<u32>,
+        matched: Option<String>,
+    ) -> LastText {
+        let plain = |text, ids| LastText {
+            text,
+            ids,
+            rejoins: None,
+        };
+        let stop = &state.params.stop;
+        let held = std::mem::take(&mut state.held);
+        let released = state.released.take();
+        if let Some(m) = matched.filter(|m| stop.contains(m)) {
+            let before = [forwarded, text.as_str()].concat();
+            text.push_str(unwritten(&before, &m));
+            return plain(text, [held, ids].concat());
+        }
+        if held.is_empty() && released.is_none() {
+            return plain(text, ids);
+        }
+        let (sent, mut all) = released.unwrap_or_default();
+        all.extend(held);
+        all.extend(ids);
+        match self.detokenize(state.i, &all).await {
+            Ok(whole) => {
+                let has_stop = stop
+                    .iter()
+                    .any(|s| !s.is_empty() && whole.contains(s.as_str()));
+                match whole.strip_prefix(sent.as_str()) {
+                    Some(rest) if has_stop || finish == EngineFinish::Length => LastText {
+                        text: rest.to_string(),
+                        ids: all,
+                        rejoins: (!sent.is_empty()).then_some(sent),
+                    },
+                    _ => plain(text, Vec::new()),
+                }
+            }
+            Err(error) => {
+                tracing::warn!(
+                    target: LOG_TARGET,
+                    replica = %self.replica(state.i).url,
+                    %error,
+                    "reading back the tokens a remote engine held back failed; the round ends \
+                     without them"
+                );
+                plain(text, Vec::new())
+            }
+        }
+    }
+
+    /// Forwards the round's last text ([`Inner::last_text`]); the chunk it
+    /// completes is kept as one, so the next round's token prompt pairs
+    /// its ids with all of their text. `Some` when the stream ends here.
+    async fn forward_last(
+        &self,
+        state: &mut Forwarding<'_>,
+        progress: &mut Progress,
+        last: LastText,
+        generated: Option<usize>,
+    ) -> Option<StreamEnd> {
+        if last.text.is_empty() {
+            return None;
+        }
+        let rejoined = last
+            .rejoins
+            .filter(|sent| progress.chunks.last().is_some_and(|(t, _)| t == sent))
+            .inspect(|_| {
+                progress.chunks.pop();
+            });
+        let end = self
+            .on_text(state, progress, last.text, last.ids, generated, 0)
+            .await;
+        if let (Some(sent), Some(chunk)) = (rejoined, progress.chunks.last_mut()) {
+            chunk.0.insert_str(0, &sent);
+        }
+        end
+    }
+
+    /// Records the chunk a stop string cut with all of its ids' text, read
+    /// back by the replica: a server asked to stop there may have cut the
+    /// text of the stop string's last token after the stop (vLLM with
+    /// `include_stop_str_in_output`), and the next round's token prompt
+    /// pairs a chunk's ids with its text. Nothing when no stop strings went
+    /// to the server, or the replica cannot read the ids back.
+    async fn settle(&self, state: &Forwarding<'_>, progress: &mut Progress) {
+        if self.rounds.is_none() || state.params.stop.is_empty() {
+            return;
+        }
+        let Some((text, ids)) = progress.chunks.last_mut() else {
+            return;
+        };
+        if ids.is_empty() {
+            return;
+        }
+        if let Ok(whole) = self.detokenize(state.i, ids).await {
+            if whole.len() > text.len() && whole.starts_with(text.as_str()) {
+                *text = whole;
+            }
+        }
+    }
+
     /// Forwards a chunk's non-empty `text` (from token `ids`; `generated`:
-    /// the server's running token count, when it gives one): records the
-    /// time to first token on the first, counts its tokens, cuts the round
-    /// at a stop string (then sends [`EngineFinish::Stop`]). `Some` when
+    /// the server's running token count, when it gives one; `least`: the
+    /// tokens counted at least, 0 for text whose tokens came before):
+    /// records the time to first token on the first, counts its tokens,
+    /// cuts the round
+    /// at a stop string (then ends with [`EngineFinish::Stop`]). `Some` when
     /// the stream ends here.
     async fn on_text(
         &self,
@@ -281,6 +465,7 @@ impl Inner {
         text: String,
         ids: Vec<u32>,
         generated: Option<usize>,
+        least: usize,
     ) -> Option<StreamEnd> {
         if state.first_text {
             state.first_text = false;
@@ -293,8 +478,8 @@ impl Inner {
         }
         // Tokens: the server's running count where it gives one.
         let tokens = match (generated, state.generated_base) {
-            (Some(n), Some(base)) => n.saturating_sub(base).max(1),
-            _ => 1,
+            (Some(n), Some(base)) => n.saturating_sub(base).max(least),
+            _ => least,
         };
         if let Some(n) = generated {
             state.generated_base = Some(n);
@@ -316,11 +501,8 @@ impl Inner {
             return Some(StreamEnd::Cancelled);
         }
         if stopped {
-            let _ = state
-                .tx
-                .send(Ok(EngineEvent::Done(EngineFinish::Stop)))
-                .await;
-            return Some(StreamEnd::Done);
+            self.settle(state, progress).await;
+            return Some(StreamEnd::Done(EngineFinish::Stop));
         }
         None
     }
@@ -350,6 +532,14 @@ mod tests {
         assert_eq!(progress.text, "a <search>");
         // The chunks keep what the server sent, before the cut.
         assert_eq!(progress.chunks[1].0, "rch> and more");
+    }
+
+    #[test]
+    fn a_named_stop_string_is_completed_not_repeated() {
+        assert_eq!(unwritten("a </sea", "</search>"), "rch>");
+        assert_eq!(unwritten("a q", "</search>"), "</search>");
+        assert_eq!(unwritten("a q</search>", "</search>"), "");
+        assert_eq!(unwritten("", "</search>"), "</search>");
     }
 
     #[test]

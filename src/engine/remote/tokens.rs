@@ -28,6 +28,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
+use tokio::sync::watch;
 
 use super::Inner;
 
@@ -45,8 +46,15 @@ pub(super) struct Round {
     pub(super) generated: Vec<(String, Vec<u32>)>,
 }
 
-/// The last round of each rollout, by [`crate::engine::GenerationParams::session`].
-pub(super) type Rounds = moka::future::Cache<u64, Arc<Round>>;
+/// The last round of each rollout, by [`crate::engine::GenerationParams::session`]:
+/// `None` while it is still streaming, filled by its [`Keeper`] when it ends.
+/// The rollout may start the next round as soon as it reads the stop string,
+/// before the stream task has kept the round; that round waits for it.
+pub(super) type Rounds = moka::future::Cache<u64, watch::Receiver<Option<Arc<Round>>>>;
+
+/// Fills a begun round's entry in [`Rounds`] ([`Inner::keep_round`]); dropped
+/// unfilled (a failed round), the next round goes as text.
+pub(super) type Keeper = Option<watch::Sender<Option<Arc<Round>>>>;
 
 /// An empty [`Rounds`].
 pub(super) fn rounds() -> Rounds {
@@ -124,6 +132,31 @@ impl Inner {
             .collect()
     }
 
+    /// The text of generated `ids` as replica `i` writes it (`POST
+    /// /detokenize`; llama-server: `{"tokens"}` → `{"content"}`, vLLM:
+    /// `{"model", "tokens"}` → `{"prompt"}`). Control tokens come out as
+    /// their text (`<|im_end|>`).
+    pub(super) async fn detokenize(&self, i: usize, ids: &[u32]) -> Result<String, String> {
+        let mut request = self
+            .client
+            .post(format!("{}/detokenize", self.replica(i).url))
+            .timeout(self.read_timeout)
+            .json(&json!({"model": self.model, "tokens": ids}));
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key.expose());
+        }
+        let response = request.send().await.map_err(|e| e.to_string())?;
+        if !response.status().is_success() {
+            return Err(format!("status {}", response.status()));
+        }
+        let body: Value = response.json().await.map_err(|e| e.to_string())?;
+        body["content"]
+            .as_str()
+            .or_else(|| body["prompt"].as_str())
+            .map(str::to_string)
+            .ok_or_else(|| "no text in the answer".to_string())
+    }
+
     /// The ids `prompt` goes out as when it continues rollout `session`'s
     /// last round (see the module documentation); `None` sends it as text:
     /// the rollout's first round, a rewritten prompt, token continuation off,
@@ -137,7 +170,12 @@ impl Inner {
         if self.text_only.load(Ordering::Relaxed) {
             return None;
         }
-        let round = rounds.get(&session?).await?;
+        let mut pending = rounds.get(&session?).await?;
+        let round = tokio::time::timeout(self.read_timeout, pending.wait_for(Option::is_some))
+            .await
+            .ok()?
+            .ok()?
+            .clone()?;
         let (generated, start, kept) = split(&round, prompt)?;
         let i = self.pick(session, &[]).await?;
         self.done(i);
@@ -177,10 +215,19 @@ impl Inner {
         }
     }
 
-    /// Keeps the round just finished as rollout `session`'s last.
-    pub(super) async fn keep_round(&self, session: Option<u64>, round: Round) {
-        if let (Some(rounds), Some(session)) = (&self.rounds, session) {
-            rounds.insert(session, Arc::new(round)).await;
+    /// Marks rollout `session`'s round as begun: the next round waits for
+    /// it to be kept with the [`Keeper`] returned.
+    pub(super) async fn begin_round(&self, session: Option<u64>) -> Keeper {
+        let (rounds, session) = (self.rounds.as_ref()?, session?);
+        let (keeper, pending) = watch::channel(None);
+        rounds.insert(session, pending).await;
+        Some(keeper)
+    }
+
+    /// Keeps the round just finished as its rollout's last.
+    pub(super) fn keep_round(keeper: Keeper, round: Round) {
+        if let Some(keeper) = keeper {
+            keeper.send_replace(Some(Arc::new(round)));
         }
     }
 }

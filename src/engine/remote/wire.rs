@@ -51,6 +51,11 @@ pub(super) struct Chunk {
     /// llama-server's `choices[0].logprobs.content[].id` (`logprobs`).
     /// Empty otherwise.
     pub(super) ids: Vec<u32>,
+    /// The stop string that ended the round, where the server names it:
+    /// vLLM's `choices[0].stop_reason`, SGLang's `choices[0].matched_stop`
+    /// (both also hold a token id after a stop token: not a string, so
+    /// `None`). llama-server's OpenAI-style stream does not say.
+    pub(super) matched_stop: Option<String>,
 }
 
 /// Parses one `data:` payload (`[DONE]` excluded).
@@ -67,6 +72,10 @@ pub(super) fn parse_chunk(data: &str) -> Result<Chunk, String> {
             Some("length") => Some(EngineFinish::Length),
             Some(_) => Some(EngineFinish::Stop),
         },
+        matched_stop: choice["stop_reason"]
+            .as_str()
+            .or_else(|| choice["matched_stop"].as_str())
+            .map(str::to_string),
         ..Chunk::default()
     };
     let id = |t: &Value| t.as_u64().and_then(|t| u32::try_from(t).ok());
@@ -150,6 +159,23 @@ mod tests {
         assert_eq!(c.ids, [27, 26865]);
         let c = parse_chunk(r#"{"choices":[{"text":"<think","token_ids":[27,26865],"logprobs":null,"finish_reason":null}]}"#).unwrap();
         assert_eq!(c.ids, [27, 26865]);
+        // The stop string the server matched: vLLM's stop_reason, SGLang's
+        // matched_stop; a stop token's id is no string.
+        let c = parse_chunk(
+            r#"{"choices":[{"text":"","finish_reason":"stop","stop_reason":"</search>"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.matched_stop.as_deref(), Some("</search>"));
+        let c = parse_chunk(
+            r#"{"choices":[{"text":"","finish_reason":"stop","matched_stop":"</answer>"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.matched_stop.as_deref(), Some("</answer>"));
+        let c = parse_chunk(
+            r#"{"choices":[{"text":"","finish_reason":"stop","matched_stop":151645}]}"#,
+        )
+        .unwrap();
+        assert_eq!(c.matched_stop, None);
         // vLLM with continuous usage stats.
         let c = parse_chunk(r#"{"choices":[{"text":"x","finish_reason":"length"}],"usage":{"prompt_tokens":40,"completion_tokens":7,"prompt_tokens_details":{"cached_tokens":32}}}"#).unwrap();
         assert_eq!(c.finish, Some(EngineFinish::Length));
