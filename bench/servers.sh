@@ -6,8 +6,11 @@
 # Servers are started in $(...) subshells: their pids go to a file.
 PIDS="$OUT/pids"
 : >"$PIDS"
-# Every seeker started here logs its errors to one file, emptied per run.
+# Every seeker started here logs its errors to one file, and every llama.cpp
+# server its log (one `print_timing` block a request: tokens prefilled and
+# decoded) to another, both emptied per run.
 : >"$OUT/seeker.err"
+: >"$OUT/llama.log"
 stop_all() {
     xargs -r kill <"$PIDS" 2>/dev/null || true
     sleep 1
@@ -20,7 +23,7 @@ llama() {
     local log
     log=$(mktemp)
     "$PY" tests/python/llama_server.py "$GGUF" --threads "$1" --parallel "${2:-2}" --ctx 8192 \
-        >"$log" 2>/dev/null &
+        >"$log" 2>>"$OUT/llama.log" &
     echo $! >>"$PIDS"
     for _ in $(seq 1 600); do
         grep -q "listening on" "$log" && break

@@ -113,6 +113,8 @@ struct LastText {
     /// Text already forwarded in the last chunk that the ids also cover:
     /// that chunk and this one are kept as one.
     rejoins: Option<String>,
+    /// `text` is the ids read back by the replica ([`Inner::detokenize`]).
+    read_back: bool,
 }
 
 /// How one replica's stream ended.
@@ -315,9 +317,13 @@ impl Inner {
             let mut ids = std::mem::take(&mut state.held);
             ids.extend(chunk.ids);
             state.released = released.then(|| (chunk.text.clone(), ids.clone()));
-            return self
+            let end = self
                 .on_text(state, progress, chunk.text, ids, chunk.generated, 1)
                 .await;
+            if matches!(end, Some(StreamEnd::Done(_))) {
+                self.settle(state, progress).await;
+            }
+            return end;
         }
         if !chunk.ids.is_empty() {
             // Text held back: its tokens are counted when it comes.
@@ -358,6 +364,7 @@ impl Inner {
             text,
             ids,
             rejoins: None,
+            read_back: false,
         };
         let stop = &state.params.stop;
         let held = std::mem::take(&mut state.held);
@@ -383,6 +390,7 @@ impl Inner {
                         text: rest.to_string(),
                         ids: all,
                         rejoins: (!sent.is_empty()).then_some(sent),
+                        read_back: true,
                     },
                     _ => plain(text, Vec::new()),
                 }
@@ -422,18 +430,23 @@ impl Inner {
         let end = self
             .on_text(state, progress, last.text, last.ids, generated, 0)
             .await;
-        if let (Some(sent), Some(chunk)) = (rejoined, progress.chunks.last_mut()) {
-            chunk.0.insert_str(0, &sent);
+        match (rejoined, progress.chunks.last_mut()) {
+            // Read back whole already.
+            (Some(sent), Some(chunk)) => chunk.0.insert_str(0, &sent),
+            _ if last.read_back => {}
+            _ if matches!(end, Some(StreamEnd::Done(_))) => self.settle(state, progress).await,
+            _ => {}
         }
         end
     }
 
-    /// Records the chunk a stop string cut with all of its ids' text, read
-    /// back by the replica: a server asked to stop there may have cut the
-    /// text of the stop string's last token after the stop (vLLM with
-    /// `include_stop_str_in_output`), and the next round's token prompt
-    /// pairs a chunk's ids with its text. Nothing when no stop strings went
-    /// to the server, or the replica cannot read the ids back.
+    /// Records the chunk a stop string cut (the round's last) with all of
+    /// its ids' text, read back by the replica: a server asked to stop
+    /// there may have cut the text of the stop string's last token after
+    /// the stop (vLLM with `include_stop_str_in_output`), and the next
+    /// round's token prompt pairs a chunk's ids with its text. Nothing when
+    /// no stop strings went to the server, or the replica cannot read the
+    /// ids back.
     async fn settle(&self, state: &Forwarding<'_>, progress: &mut Progress) {
         if self.rounds.is_none() || state.params.stop.is_empty() {
             return;
@@ -455,9 +468,8 @@ impl Inner {
     /// the server's running token count, when it gives one; `least`: the
     /// tokens counted at least, 0 for text whose tokens came before):
     /// records the time to first token on the first, counts its tokens,
-    /// cuts the round
-    /// at a stop string (then ends with [`EngineFinish::Stop`]). `Some` when
-    /// the stream ends here.
+    /// cuts the round at a stop string (then ends with
+    /// [`EngineFinish::Stop`]). `Some` when the stream ends here.
     async fn on_text(
         &self,
         state: &mut Forwarding<'_>,
@@ -501,7 +513,6 @@ impl Inner {
             return Some(StreamEnd::Cancelled);
         }
         if stopped {
-            self.settle(state, progress).await;
             return Some(StreamEnd::Done(EngineFinish::Stop));
         }
         None
