@@ -28,7 +28,8 @@
 #
 # usage: bench/loop.sh     N=10 SKIP=100 MAX=256 CLIENTS=4 TN=20 bench/loop.sh
 #        STEPS="reference" bench/loop.sh   (rerun some steps: remote remote-whole remote-text
-#        reference embedded throughput; the table shows every step with results
+#        reference embedded throughput, or throughput-slots for its CLIENTS-slot half
+#        alone; the table shows every step with results
 #        in target/bench-loop and names those without)
 #        SEEKER_BIN=target/debug/seeker bench/loop.sh   (no release build; the
 #        debug profile builds the engine's dependencies optimised)
@@ -45,8 +46,8 @@ OUT=target/bench-loop
 GGUF=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 for step in $STEPS; do
     case $step in
-    remote | remote-whole | remote-text | reference | embedded | throughput) ;;
-    *) echo "bench/loop.sh: unknown step '$step' (steps: remote remote-whole remote-text reference embedded throughput)" >&2
+    remote | remote-whole | remote-text | reference | embedded | throughput | throughput-slots) ;;
+    *) echo "bench/loop.sh: unknown step '$step' (steps: remote remote-whole remote-text reference embedded throughput throughput-slots)" >&2
        exit 2 ;;
     esac
 done
@@ -102,6 +103,8 @@ for step in $STEPS; do
     throughput)
         evaluate remote-c"$CLIENTS"-1slot "$(remote "$(llama 2 1)")" "$CLIENTS" "$TN"
         stop_all
+        evaluate remote-c"$CLIENTS"-"$CLIENTS"slots "$(remote "$(llama 2 "$CLIENTS")")" "$CLIENTS" "$TN" ;;
+    throughput-slots)
         evaluate remote-c"$CLIENTS"-"$CLIENTS"slots "$(remote "$(llama 2 "$CLIENTS")")" "$CLIENTS" "$TN" ;;
     esac
     stop_all
