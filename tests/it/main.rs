@@ -23,7 +23,8 @@
 //! - `remote`: the remote engine against real llama.cpp servers (xllamacpp)
 //!   and against in-test servers that fail.
 //! - `stops`: in-test servers that hand back the stop string they stopped at
-//!   as llama-server, vLLM and SGLang do, through the real binary.
+//!   as llama-server, vLLM and SGLang do, fail to read it back, or write past
+//!   `max_tokens`, through the real binary.
 //! - `startup`: the real binary started, loaded, and stopped by signals while
 //!   requests arrive; `seeker index` and `seeker eval` stopped by signals.
 //! - `faults`: faults found by attacking the running server, through the real

@@ -7,7 +7,8 @@
 //! with `token_ids` and `stop_reason`) and SGLang (the text dropped, no ids,
 //! `matched_stop`) do. Through the real binary, each gives the same
 //! transcript, and the next round's token prompt holds every generated id
-//! with its text, once.
+//! with its text, once. A server whose `/detokenize` fails costs one round
+//! and gets no stop strings after; one that writes past `max_tokens` is cut.
 
 use std::sync::{Arc, Mutex};
 
@@ -23,6 +24,8 @@ enum Flavour {
     Llama,
     Vllm,
     Sglang,
+    /// llama-server's stream, and a `/detokenize` that fails.
+    LlamaUnreadable,
 }
 
 /// The scripted model's tokens for the first round (the stop string ends
@@ -64,7 +67,7 @@ fn detokenize(ids: &[u64]) -> String {
 fn chunk(flavour: Flavour, text: &str, id: Option<u64>, finish: Option<&str>) -> String {
     let mut choice = json!({"text": text, "index": 0, "finish_reason": finish});
     match (flavour, id) {
-        (Flavour::Llama, Some(id)) => {
+        (Flavour::Llama | Flavour::LlamaUnreadable, Some(id)) => {
             choice["logprobs"] = json!({"content": [{"id": id, "token": text, "logprob": 0.0}]})
         }
         (Flavour::Vllm, Some(id)) => choice["token_ids"] = json!([id]),
@@ -93,7 +96,7 @@ fn stream(flavour: Flavour, script: &[&str], first: u64, stops: &[String]) -> St
                 line
             };
             match flavour {
-                Flavour::Llama => {
+                Flavour::Llama | Flavour::LlamaUnreadable => {
                     out += &chunk(flavour, &text[sent..at], id, None);
                     out += &chunk(flavour, "", None, Some("stop"));
                 }
@@ -115,7 +118,7 @@ fn stream(flavour: Flavour, script: &[&str], first: u64, stops: &[String]) -> St
             .any(|s| (1..s.len()).any(|n| unsent.ends_with(&s[..n])));
         match flavour {
             // llama-server holds back text that may become a stop string.
-            Flavour::Llama if partial => {
+            Flavour::Llama | Flavour::LlamaUnreadable if partial => {
                 out += &chunk(flavour, "", id, None);
                 continue;
             }
@@ -153,8 +156,14 @@ async fn scripted(flavour: Flavour) -> (String, Arc<Mutex<Vec<Value>>>) {
                 let text = detokenize(&ids);
                 // Only llama-server and vLLM answer it.
                 match flavour {
-                    Flavour::Sglang => axum::Json(json!({"error": "not found"})),
-                    _ => axum::Json(json!({"content": text, "prompt": text})),
+                    Flavour::Sglang | Flavour::LlamaUnreadable => (
+                        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                        axum::Json(json!({"error": "not found"})),
+                    ),
+                    _ => (
+                        axum::http::StatusCode::OK,
+                        axum::Json(json!({"content": text, "prompt": text})),
+                    ),
                 }
             }),
         )
@@ -253,4 +262,73 @@ async fn a_stop_string_the_server_drops_keeps_or_names_is_read_back() {
             "{flavour:?}: {ids:?}"
         );
     }
+}
+
+/// A server that cannot read back the ids it held back costs one round: the
+/// first rollout's search call ends without its tag (an end of sequence),
+/// and from then on no stop strings are sent and seeker cuts at the tags
+/// itself, so the next request searches and answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_read_back_its_ids_gets_no_stop_strings_after_one_round() {
+    let (url, asked) = scripted(Flavour::LlamaUnreadable).await;
+    let (_server, client, chat) = seeker_on(&[&url], &[]).await;
+    let ask = json!({"max_tokens": 64, "policy": "search-r1", "return_transcript": true,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}]});
+    let first: Value = post_json(&client, &chat, &ask).await;
+    assert_eq!(first["seeker"]["searches"], 0, "{first}");
+    let second: Value = post_json(&client, &chat, &ask).await;
+    assert_eq!(second["seeker"]["searches"], 1, "{second}");
+    assert_eq!(
+        second["choices"][0]["message"]["content"], "Paris",
+        "{second}"
+    );
+    let asked = asked.lock().unwrap().clone();
+    assert!(asked[0]["stop"].is_array(), "{}", asked[0]);
+    assert!(
+        asked[1..].iter().all(|b| b.get("stop").is_none()),
+        "{asked:?}"
+    );
+}
+
+/// A server that ignores `max_tokens` and writes on (here forever, one
+/// token every 5 ms) is cut once the round has its tokens: the request ends
+/// with `length` instead of waiting for the request deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_writes_past_max_tokens_is_cut() {
+    let endless = || async {
+        let tokens = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            let line = format!(
+                "data: {}\n\n",
+                json!({"choices": [{"text": " a", "finish_reason": null}]})
+            );
+            Some((Ok::<_, std::convert::Infallible>(line), ()))
+        });
+        (
+            [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+            axum::body::Body::from_stream(tokens),
+        )
+    };
+    let app = axum::Router::new()
+        .route(
+            "/v1/models",
+            get(|| async { axum::Json(json!({"data": [{"id": "endless"}]})) }),
+        )
+        .route("/health", get(|| async { "ok" }))
+        .route("/v1/completions", post(endless));
+    let url = serve(app).await;
+    let (_server, client, chat) = seeker_on(&[&url], &[]).await;
+    let ask = json!({"max_tokens": 20, "policy": "search-r1",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}]});
+    let answer: Value = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        post_json(&client, &chat, &ask),
+    )
+    .await
+    .expect("the request waited on the endless stream");
+    assert_eq!(answer["choices"][0]["finish_reason"], "length", "{answer}");
+    assert!(
+        answer["usage"]["completion_tokens"].as_u64().unwrap() <= 21,
+        "{answer}"
+    );
 }

@@ -23,7 +23,8 @@
 //!   the text already received, so the client sees one uninterrupted
 //!   stream);
 //! - `stream.rs`: forwarding a replica's SSE stream, cut at the round's
-//!   first stop string (stop strings are not sent to the servers);
+//!   first stop string (which the server, sent the stop strings with token
+//!   continuation, may have dropped: it is read back);
 //! - `wire.rs`: the wire format (SSE lines, chunks, context errors);
 //! - `tokens.rs`: rounds sent as token ids (`model.token_continuation`).
 
@@ -97,6 +98,9 @@ struct Inner {
     rounds: Option<tokens::Rounds>,
     /// Set once a server refused a token prompt: rounds go out as text.
     text_only: std::sync::atomic::AtomicBool,
+    /// Set once a server could not read back the tokens it held back at a
+    /// stop string: stop strings are no longer sent (seeker cuts at them).
+    client_stops: std::sync::atomic::AtomicBool,
 }
 
 impl RemoteEngine {
@@ -143,6 +147,7 @@ impl RemoteEngine {
             metrics,
             rounds: config.token_continuation.then(tokens::rounds),
             text_only: std::sync::atomic::AtomicBool::new(false),
+            client_stops: std::sync::atomic::AtomicBool::new(false),
         });
         for i in 0..inner.replicas.len() {
             if !answering.contains(&i) {

@@ -28,6 +28,7 @@
 
 use futures::StreamExt;
 use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -98,7 +99,7 @@ impl Inner {
             // round (bench/README.md, "Per-question cost"). The ids above
             // are how seeker reads back a stop string llama-server drops;
             // vLLM keeps it in the text when asked.
-            if !params.stop.is_empty() {
+            if !params.stop.is_empty() && !self.client_stops.load(Ordering::Relaxed) {
                 body["stop"] = json!(params.stop);
                 body["include_stop_str_in_output"] = json!(true);
             }

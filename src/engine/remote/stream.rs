@@ -28,6 +28,7 @@
 //! timings (`timings.prompt_n` + `timings.cache_n`); servers ignore the
 //! fields they do not know.
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use futures::StreamExt;
@@ -312,6 +313,11 @@ impl Inner {
             }
             return Some(StreamEnd::Done(finish));
         }
+        if progress.tokens + state.held.len() > state.params.max_tokens {
+            // A server that writes past `max_tokens` (it ignores it) is cut
+            // there, as one that ran out of tokens.
+            return Some(StreamEnd::Done(EngineFinish::Length));
+        }
         if !chunk.text.is_empty() {
             let released = !state.held.is_empty();
             let mut ids = std::mem::take(&mut state.held);
@@ -396,13 +402,18 @@ impl Inner {
                 }
             }
             Err(error) => {
-                tracing::warn!(
-                    target: LOG_TARGET,
-                    replica = %self.replica(state.i).url,
-                    %error,
-                    "reading back the tokens a remote engine held back failed; the round ends \
-                     without them"
-                );
+                // One round ends without them; later rounds are cut by
+                // seeker alone, which needs nothing read back.
+                if !self.client_stops.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        target: LOG_TARGET,
+                        replica = %self.replica(state.i).url,
+                        %error,
+                        "reading back the tokens a remote engine held back at a stop string \
+                         failed; that round ends without them, and stop strings are no longer \
+                         sent to the servers (seeker cuts at them)"
+                    );
+                }
                 plain(text, Vec::new())
             }
         }
