@@ -98,20 +98,14 @@ pub(super) fn split(round: &Round, prompt: &str) -> Option<(Vec<u32>, usize, usi
 }
 
 impl Inner {
-    /// The ids of `text` as replica `i` tokenizes a prompt (no BOS, control
-    /// tokens written as text read as control tokens).
-    pub(super) async fn tokenize(&self, i: usize, text: &str) -> Result<Vec<u32>, String> {
+    /// `POST {replica i}/{path}` with JSON `body` (the API key, the read
+    /// timeout); the JSON answer, or why there is none.
+    async fn post_replica(&self, i: usize, path: &str, body: Value) -> Result<Value, String> {
         let mut request = self
             .client
-            .post(format!("{}/tokenize", self.replica(i).url))
+            .post(format!("{}/{path}", self.replica(i).url))
             .timeout(self.read_timeout)
-            .json(&json!({
-                "model": self.model,
-                "content": text,
-                "prompt": text,
-                "add_special": false,
-                "add_special_tokens": false,
-            }));
+            .json(&body);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key.expose());
         }
@@ -119,7 +113,25 @@ impl Inner {
         if !response.status().is_success() {
             return Err(format!("status {}", response.status()));
         }
-        let body: Value = response.json().await.map_err(|e| e.to_string())?;
+        response.json().await.map_err(|e| e.to_string())
+    }
+
+    /// The ids of `text` as replica `i` tokenizes a prompt (no BOS, control
+    /// tokens written as text read as control tokens).
+    pub(super) async fn tokenize(&self, i: usize, text: &str) -> Result<Vec<u32>, String> {
+        let body = self
+            .post_replica(
+                i,
+                "tokenize",
+                json!({
+                    "model": self.model,
+                    "content": text,
+                    "prompt": text,
+                    "add_special": false,
+                    "add_special_tokens": false,
+                }),
+            )
+            .await?;
         body["tokens"]
             .as_array()
             .ok_or("no tokens in the answer")?
@@ -137,19 +149,9 @@ impl Inner {
     /// `{"model", "tokens"}` → `{"prompt"}`). Control tokens come out as
     /// their text (`<|im_end|>`).
     pub(super) async fn detokenize(&self, i: usize, ids: &[u32]) -> Result<String, String> {
-        let mut request = self
-            .client
-            .post(format!("{}/detokenize", self.replica(i).url))
-            .timeout(self.read_timeout)
-            .json(&json!({"model": self.model, "tokens": ids}));
-        if let Some(key) = &self.api_key {
-            request = request.bearer_auth(key.expose());
-        }
-        let response = request.send().await.map_err(|e| e.to_string())?;
-        if !response.status().is_success() {
-            return Err(format!("status {}", response.status()));
-        }
-        let body: Value = response.json().await.map_err(|e| e.to_string())?;
+        let body = self
+            .post_replica(i, "detokenize", json!({"model": self.model, "tokens": ids}))
+            .await?;
         body["content"]
             .as_str()
             .or_else(|| body["prompt"].as_str())
