@@ -25,10 +25,15 @@
 # and checked against their sha256 before anything is taken out of them.
 #
 # Usage: scripts/fetch-defaults.sh [--no-index] [--small] [--dense]
+#                                  [--phantomwiki [--seed N] [--size 500|5k|50k]]
 #   --no-index   fetch and verify the data only (the tests build their own index).
 #   --small      skip the 1.1 GB Qwen model: only SmolLM2 (serve it with
 #                `seeker serve --config config/small.toml`).
 #   --dense      also build the dense index (backends `dense` and `hybrid`).
+#   --phantomwiki  also generate a PhantomWiki universe (seed 1, ~5k articles unless --seed /
+#                --size say otherwise) with its BM25 and dense indexes into
+#                data/phantomwiki/seed{N}-{SIZE}: the benchmark whose answers only a search
+#                finds (scripts/phantomwiki.sh, which --no-index also reaches).
 # Env: SEEKER_BIN  seeker binary to build the index with (default: `cargo run --release`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,15 +41,26 @@ cd "$(dirname "$0")/.."
 build_index=1
 qwen=1
 dense=0
-for arg in "$@"; do
+phantomwiki=0
+phantomwiki_args=()
+while [[ $# -gt 0 ]]; do
+  arg=$1
+  shift
   case "$arg" in
     --no-index) build_index=0 ;;
     --small) qwen=0 ;;
     --dense) dense=1 ;;
-    -h|--help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --phantomwiki) phantomwiki=1 ;;
+    --seed|--size)
+      [[ $# -gt 0 ]] || { echo "fetch-defaults: $arg needs a value" >&2; exit 2; }
+      phantomwiki_args+=("$arg" "$1"); shift ;;
+    -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fetch-defaults: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
+if [[ ${#phantomwiki_args[@]} -gt 0 && $phantomwiki == 0 ]]; then
+  echo "fetch-defaults: --seed and --size go with --phantomwiki" >&2; exit 2
+fi
 
 WHEELS=.cache/wheels
 mkdir -p "$WHEELS" models data/wiki data/fanoutqa
@@ -220,31 +236,41 @@ PY
   mv "$CORPUS.tmp" "$CORPUS"
 fi
 
-[[ $build_index == 1 ]] || exit 0
-
-INDEX=data/wiki/index
-# seeker_index ARGS...: the release binary (or $SEEKER_BIN) runs `seeker index`.
-seeker_index() {
-  if [[ -n ${SEEKER_BIN:-} ]]; then
-    "$SEEKER_BIN" index "$@"
+wiki_indexes() {
+  INDEX=data/wiki/index
+  # seeker_index ARGS...: the release binary (or $SEEKER_BIN) runs `seeker index`.
+  seeker_index() {
+    if [[ -n ${SEEKER_BIN:-} ]]; then
+      "$SEEKER_BIN" index "$@"
+    else
+      echo "fetch-defaults: building seeker (release) to index the corpus; a cold build takes ~20 minutes on 2 cores" >&2
+      cargo run --release -- index "$@"
+    fi
+  }
+  # The index manifest records the sha256 of the corpus it was built from.
+  if [[ -f $INDEX/seeker-index.json ]] && grep -q "\"corpus_sha256\": *\"$CORPUS_SHA\"" "$INDEX/seeker-index.json"; then
+    echo "fetch-defaults: $INDEX ok" >&2
   else
-    echo "fetch-defaults: building seeker (release) to index the corpus; a cold build takes ~20 minutes on 2 cores" >&2
-    cargo run --release -- index "$@"
+    rm -rf "$INDEX"
+    seeker_index --corpus "$CORPUS" --index "$INDEX"
   fi
+
+  [[ $dense == 1 ]] || return 0
+  # The dense manifest records the corpus too; rebuilding the BM25 index removed
+  # any older dense index with it. seeker refuses one built by another encoder.
+  if [[ -f $INDEX/dense/seeker-dense.json ]] && grep -q "\"corpus_sha256\": *\"$CORPUS_SHA\"" "$INDEX/dense/seeker-dense.json"; then
+    echo "fetch-defaults: $INDEX/dense ok" >&2
+    return 0
+  fi
+  seeker_index --index "$INDEX" --dense "$ENCODER"
 }
-# The index manifest records the sha256 of the corpus it was built from.
-if [[ -f $INDEX/seeker-index.json ]] && grep -q "\"corpus_sha256\": *\"$CORPUS_SHA\"" "$INDEX/seeker-index.json"; then
-  echo "fetch-defaults: $INDEX ok" >&2
-else
-  rm -rf "$INDEX"
-  seeker_index --corpus "$CORPUS" --index "$INDEX"
+
+if [[ $build_index == 1 ]]; then
+  wiki_indexes
 fi
 
-[[ $dense == 1 ]] || exit 0
-# The dense manifest records the corpus too; rebuilding the BM25 index removed
-# any older dense index with it. seeker refuses one built by another encoder.
-if [[ -f $INDEX/dense/seeker-dense.json ]] && grep -q "\"corpus_sha256\": *\"$CORPUS_SHA\"" "$INDEX/dense/seeker-dense.json"; then
-  echo "fetch-defaults: $INDEX/dense ok" >&2
-  exit 0
+if [[ $phantomwiki == 1 ]]; then
+  pw_flags=("${phantomwiki_args[@]}")
+  [[ $build_index == 1 ]] || pw_flags+=(--no-index)
+  scripts/phantomwiki.sh "${pw_flags[@]}"
 fi
-seeker_index --index "$INDEX" --dense "$ENCODER"

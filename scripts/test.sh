@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs seeker's tests on a fresh machine (Debian or Ubuntu):
-# 1. fetches the default model, corpus and FanOutQA (scripts/fetch-defaults.sh);
+# 1. fetches the default model, corpus and FanOutQA (scripts/fetch-defaults.sh), and
+#    generates the small PhantomWiki universe (scripts/phantomwiki.sh --size 500);
 # 2. installs Debian's `searx` package if `searx-run` is missing: the SearXNG
 #    backend test runs a real, offline searx over the default corpus;
 # 3. installs the pinned `xllamacpp` wheel (a prebuilt llama.cpp server) into
@@ -15,6 +16,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/fetch-defaults.sh --no-index
+# The PhantomWiki universe of tests/it/phantomwiki.rs (seed 1, ~500 articles): installs
+# SWI-Prolog (Debian swi-prolog-nox) and the pinned generator into target/phantomwiki-venv.
+scripts/phantomwiki.sh --size 500 --no-index
 
 if ! command -v searx-run >/dev/null 2>&1; then
     echo "installing Debian's searx package (for the SearXNG backend test)"
