@@ -72,8 +72,9 @@
 //! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags),
 //!   one file per section (`server`, `model`, `search`, `pages`, `policy`),
 //!   each checking itself; `env` for `SEEKER_*`.
-//! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1 and
-//!   retrieval recall (`metrics`), the run itself (`job`).
+//! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1, set F1
+//!   and retrieval recall (`metrics`), the run itself (`job`), the summary
+//!   and its tables by difficulty and template (`summary`).
 //! - [`tempfiles`]: removal of temporary files that stopped processes left.
 //! - [`secret`]: API keys that `Debug` prints as `[redacted]`.
 //!

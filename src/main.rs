@@ -67,8 +67,8 @@ enum Command {
         #[arg(required = true, num_args = 1..)]
         query: Vec<String>,
     },
-    /// Evaluate a QA dataset against a running server (EM, cover-EM, F1, answer
-    /// recall of the spliced documents, searches, latency).
+    /// Evaluate a QA dataset against a running server (EM, cover-EM, F1, set
+    /// F1 for set answers, answer and support recall, searches, latency).
     Eval(Box<EvalArgs>),
     /// List the policy profiles.
     Policies {
@@ -169,6 +169,13 @@ struct EvalArgs {
     /// Keep only questions whose evidence article's title is in this corpus (JSONL).
     #[arg(long)]
     evidence_in: Option<PathBuf>,
+    /// Keep only questions of at most N hops (datasets with a `difficulty`,
+    /// such as PhantomWiki's; questions without one are dropped).
+    #[arg(long, value_name = "N")]
+    max_difficulty: Option<u32>,
+    /// Leave out aggregation questions ("How many …", `"aggregation": true`).
+    #[arg(long)]
+    no_aggregation: bool,
     /// Keep only questions with a gold answer that occurs in a document of
     /// this corpus (JSONL; normalised as answer recall is): the questions a
     /// retriever can answer at all.
@@ -435,6 +442,8 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
         },
         evidence_in: args.evidence_in,
         answer_in: args.answer_in,
+        max_difficulty: args.max_difficulty,
+        no_aggregation: args.no_aggregation,
         skip: args.skip,
         limit: args.limit,
         out: args.out,

@@ -10,6 +10,12 @@
 //! Answers that are lists or objects become several gold strings (every leaf);
 //! for FanOutQA's multi-part top-level answers that makes EM and F1, the best
 //! over golds, lenient: its official scorer is different.
+//!
+//! A JSONL line may also say that its answers are a set to be found whole
+//! rather than aliases of one answer (`"answer_is_set": true`, PhantomWiki's
+//! questions as `scripts/phantomwiki.sh` writes them), and carry `difficulty`
+//! (hops), `template`, `aggregation` (a "How many" question) and `support`
+//! (titles of the articles the solution passes through).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -17,14 +23,26 @@ use std::path::Path;
 use serde_json::Value;
 
 /// One evaluation item.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct QaItem {
     pub id: String,
     pub question: String,
-    /// Gold answers, none empty.
+    /// Gold answers, none empty: aliases of one answer (any one is right), or
+    /// with `answer_is_set` every member of the answer.
     pub golds: Vec<String>,
+    /// The golds are one answer's members, all wanted (scored by set F1,
+    /// [`super::metrics::set_scores`]), not aliases.
+    pub answer_is_set: bool,
     /// Title of the article holding the answer, when the dataset says.
     pub evidence_title: Option<String>,
+    /// Reasoning hops (PhantomWiki's `difficulty`).
+    pub difficulty: Option<u32>,
+    /// The question's template (PhantomWiki's words joined by spaces).
+    pub template: Option<String>,
+    /// An aggregation ("How many …") question.
+    pub aggregation: Option<bool>,
+    /// Titles of the articles that support the answer; empty when unknown.
+    pub support: Vec<String>,
 }
 
 /// How to read FanOutQA files.
@@ -127,11 +145,45 @@ pub fn load(path: &Path, mode: FanoutMode) -> Result<Vec<QaItem>, DatasetError> 
             Value::Number(x) => x.to_string(),
             _ => (n + 1).to_string(),
         };
+        let line = n + 1;
+        let support = match &v["support"] {
+            Value::Null => Vec::new(),
+            Value::Array(titles) => titles
+                .iter()
+                .map(|t| t.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| invalid(format!("line {line}: \"support\" must list strings")))?,
+            _ => return Err(invalid(format!("line {line}: \"support\" must be a list"))),
+        };
+        let flag = |key: &str| match &v[key] {
+            Value::Null => Ok(None),
+            Value::Bool(b) => Ok(Some(*b)),
+            _ => Err(invalid(format!(
+                "line {line}: \"{key}\" must be true or false"
+            ))),
+        };
+        let difficulty = match &v["difficulty"] {
+            Value::Null => None,
+            d => Some(
+                d.as_u64()
+                    .and_then(|d| u32::try_from(d).ok())
+                    .ok_or_else(|| {
+                        invalid(format!(
+                            "line {line}: \"difficulty\" must be a whole number"
+                        ))
+                    })?,
+            ),
+        };
         out.push(QaItem {
             id,
             question: question.trim().to_string(),
             golds,
-            evidence_title: None,
+            answer_is_set: flag("answer_is_set")?.unwrap_or(false),
+            difficulty,
+            template: v["template"].as_str().map(str::to_string),
+            aggregation: flag("aggregation")?,
+            support,
+            ..QaItem::default()
         });
     }
     Ok(out)
@@ -149,6 +201,7 @@ fn fanout_item(v: &Value) -> Option<QaItem> {
         question,
         golds,
         evidence_title: v["evidence"]["title"].as_str().map(str::to_string),
+        ..QaItem::default()
     })
 }
 
@@ -171,6 +224,17 @@ pub fn with_evidence_in(items: Vec<QaItem>, titles: &HashSet<String>) -> Vec<QaI
                 .as_ref()
                 .is_some_and(|t| titles.contains(t))
         })
+        .collect()
+}
+
+/// Keeps the items of at most `max` hops (items without a difficulty are
+/// dropped) and, with `no_aggregation`, those that are not aggregation
+/// questions (items that do not say are kept).
+pub fn by_kind(items: Vec<QaItem>, max: Option<u32>, no_aggregation: bool) -> Vec<QaItem> {
+    items
+        .into_iter()
+        .filter(|i| max.is_none_or(|m| i.difficulty.is_some_and(|d| d <= m)))
+        .filter(|i| !no_aggregation || i.aggregation != Some(true))
         .collect()
 }
 
@@ -197,6 +261,53 @@ mod tests {
         std::fs::write(&path, "{\"question\": \"Who?\"}\n").unwrap();
         let err = load(&path, FanoutMode::Questions).unwrap_err().to_string();
         assert!(err.contains("line 1") && err.contains("answers"), "{err}");
+    }
+
+    #[test]
+    fn reads_phantomwiki_lines_with_their_kind_and_support() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pw.jsonl");
+        std::fs::write(
+            &path,
+            concat!(
+                r#"{"id": "pw1-5k-000", "question": "Who is the sister of Aida Wang?", "answers": ["Barabara Beltran", "Vicki Hackworth"], "answer_is_set": true, "difficulty": 1, "template": "Who is the <relation>_3 of <name>_4 ?", "aggregation": false, "support": ["Aida Wang"]}"#,
+                "\n",
+                r#"{"id": "pw1-5k-001", "question": "How many friends does Aida Wang have?", "answers": ["3"], "answer_is_set": true, "difficulty": 2, "aggregation": true, "support": []}"#,
+                "\n",
+                r#"{"id": "x", "question": "Who?", "answers": ["A"]}"#,
+                "\n"
+            ),
+        )
+        .unwrap();
+        let items = load(&path, FanoutMode::Questions).unwrap();
+        assert!(items[0].answer_is_set);
+        assert_eq!(items[0].golds, ["Barabara Beltran", "Vicki Hackworth"]);
+        assert_eq!(items[0].difficulty, Some(1));
+        assert_eq!(items[0].support, ["Aida Wang"]);
+        assert_eq!(items[1].aggregation, Some(true));
+        assert!(!items[2].answer_is_set);
+        assert_eq!(items[2].difficulty, None);
+
+        let kept = by_kind(items.clone(), Some(1), false);
+        assert_eq!(kept.len(), 1, "at most one hop, and a known difficulty");
+        let kept = by_kind(items, None, true);
+        let ids: Vec<_> = kept.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(ids, ["pw1-5k-000", "x"]);
+
+        std::fs::write(
+            &path,
+            r#"{"question": "Who?", "answers": ["A"], "support": "Aida"}"#,
+        )
+        .unwrap();
+        let err = load(&path, FanoutMode::Questions).unwrap_err().to_string();
+        assert!(err.contains("line 1") && err.contains("support"), "{err}");
+        std::fs::write(
+            &path,
+            r#"{"question": "Who?", "answers": ["A"], "difficulty": -1}"#,
+        )
+        .unwrap();
+        let err = load(&path, FanoutMode::Questions).unwrap_err().to_string();
+        assert!(err.contains("difficulty"), "{err}");
     }
 
     #[test]

@@ -24,6 +24,11 @@ pub struct Job {
     /// Keep only questions with a gold answer in some document of this
     /// corpus (JSONL with `title` and `text`), as [`contains_answer`] finds it.
     pub answer_in: Option<PathBuf>,
+    /// Keep only questions of at most this many hops (datasets that give a
+    /// `difficulty`).
+    pub max_difficulty: Option<u32>,
+    /// Leave out aggregation ("How many …") questions.
+    pub no_aggregation: bool,
     /// Questions skipped first (after the evidence filter).
     pub skip: usize,
     /// Only the first N questions (after the evidence filter and `skip`).
@@ -92,6 +97,9 @@ fn load_items(job: &Job) -> anyhow::Result<Vec<QaItem>> {
     }
     if let Some(corpus) = &job.answer_in {
         items = with_answer_in(items, corpus)?;
+    }
+    if job.max_difficulty.is_some() || job.no_aggregation {
+        items = dataset::by_kind(items, job.max_difficulty, job.no_aggregation);
     }
     let before_skip = items.len();
     items.drain(..job.skip.min(items.len()));
@@ -265,6 +273,9 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
     let wall = started.elapsed().as_secs_f64();
     let ranks = recall_ranks(k);
     let mut found = vec![0usize; ranks.len()];
+    // Supporting articles: the share found, and questions with any found.
+    let mut support = vec![(0.0f64, 0usize); ranks.len()];
+    let with_support = asked.iter().filter(|(i, _)| !i.support.is_empty()).count();
     let mut failed = 0usize;
     let mut lines = String::new();
     let mut seconds = Vec::with_capacity(rounds.len());
@@ -273,6 +284,10 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
         let (first_hit, documents) = best_hit(item, results, &mut failed);
         for (i, &r) in ranks.iter().enumerate() {
             found[i] += usize::from(first_hit.is_some_and(|p| p < r));
+            if let Some(share) = support_share(&item.support, &documents, r) {
+                support[i].0 += share;
+                support[i].1 += usize::from(share > 0.0);
+            }
         }
         lines.push_str(&serde_json::to_string(&serde_json::json!({
             "id": item.id,
@@ -309,6 +324,16 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
             found[i]
         );
     }
+    if with_support > 0 {
+        for (i, r) in ranks.iter().enumerate() {
+            println!(
+                "support recall@{r}: {:.3}; a supporting article in the top {r}: {:.3} ({} of {with_support})",
+                support[i].0 / with_support as f64,
+                support[i].1 as f64 / with_support as f64,
+                support[i].1
+            );
+        }
+    }
     println!(
         "search ms per round ({} clients): mean {:.1}, p50 {:.1}, p99 {:.1}; {:.1} rounds/s",
         r.clients.max(1),
@@ -325,6 +350,21 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
         println!("wrote {}", out.display());
     }
     Ok(())
+}
+
+/// The share of `support` (article titles) among the first `rank` titles
+/// of any query's `documents`; `None` when the question lists no support.
+fn support_share(support: &[String], documents: &[Vec<String>], rank: usize) -> Option<f64> {
+    if support.is_empty() {
+        return None;
+    }
+    let top: std::collections::HashSet<&str> = documents
+        .iter()
+        .flat_map(|titles| titles.iter().take(rank))
+        .map(String::as_str)
+        .collect();
+    let hits = support.iter().filter(|t| top.contains(t.as_str())).count();
+    Some(hits as f64 / support.len() as f64)
 }
 
 /// Questions with the queries to search for each.
@@ -392,4 +432,22 @@ fn best_hit(
 
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn support_share_counts_titles_in_any_querys_top_ranks() {
+        let support = ["Aida Wang", "Ryan Wang"].map(String::from).to_vec();
+        let documents = vec![
+            vec!["X".to_string(), "Aida Wang".to_string()],
+            vec!["Ryan Wang".to_string()],
+        ];
+        assert_eq!(support_share(&support, &documents, 1), Some(0.5));
+        assert_eq!(support_share(&support, &documents, 2), Some(1.0));
+        assert_eq!(support_share(&[], &documents, 2), None);
+        assert_eq!(recall_ranks(3), [1, 3]);
+    }
 }

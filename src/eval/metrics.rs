@@ -10,6 +10,11 @@
 //! Guards: an empty prediction never matches, and a gold answer that normalises
 //! to nothing (e.g. "The", "a") matches nothing, so an empty prediction can
 //! never score by matching an empty gold.
+//!
+//! Set answers (PhantomWiki's, whose golds are every member of the answer)
+//! are scored by set precision, recall and F1 instead ([`set_scores`]), with
+//! PhantomWiki's own, plainer reading of an answer: split on commas,
+//! stripped, lower-cased.
 
 use std::collections::HashMap;
 
@@ -122,6 +127,53 @@ pub fn contains_answer(text: &str, golds: &[String]) -> bool {
     })
 }
 
+/// The separator PhantomWiki's evaluation splits answers on
+/// (`phantom_eval/constants.py`: `answer_sep = ","`).
+pub const SET_SEPARATOR: char = ',';
+
+/// Set precision, recall and F1 of one prediction against a set answer.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SetScores {
+    pub precision: f64,
+    pub recall: f64,
+    pub f1: f64,
+}
+
+/// The members of an answer as PhantomWiki's evaluation reads them
+/// (`phantom_eval/utils.py::normalize_pred`): split on [`SET_SEPARATOR`],
+/// each part stripped of whitespace and lower-cased, duplicates dropped. No
+/// other normalisation: "Ann Lee." and "ann lee" are different members.
+pub fn answer_set(text: &str) -> std::collections::BTreeSet<String> {
+    text.split(SET_SEPARATOR)
+        .map(|part| part.trim().to_lowercase())
+        .collect()
+}
+
+/// Set precision, recall and F1 as PhantomWiki scores them
+/// (`phantom_eval/score.py`, arXiv 2502.20377): the prediction and the golds
+/// (joined by the separator first, as its `get_scores_for_predictions` does)
+/// are read as sets by [`answer_set`]; precision is the share of predicted
+/// members that are gold, recall the share of gold members predicted, F1
+/// their harmonic mean (0 when both are 0). An empty prediction is the set
+/// of one empty member, so it scores 0.
+pub fn set_scores(prediction: &str, golds: &[String]) -> SetScores {
+    let predicted = answer_set(prediction);
+    let gold = answer_set(&golds.join(&SET_SEPARATOR.to_string()));
+    let common = predicted.intersection(&gold).count() as f64;
+    let precision = common / predicted.len() as f64;
+    let recall = common / gold.len() as f64;
+    let f1 = if precision + recall == 0.0 {
+        0.0
+    } else {
+        2.0 * precision * recall / (precision + recall)
+    };
+    SetScores {
+        precision,
+        recall,
+        f1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,5 +240,28 @@ mod tests {
         assert!(contains_answer("Paris is the capital of France.", &g));
         assert!(!contains_answer("Parisian cafés", &g));
         assert!(!contains_answer("anything", &golds(&["The"])));
+    }
+
+    #[test]
+    fn set_scores_split_on_commas_as_phantomwiki_does() {
+        let g = golds(&["Barabara Beltran", "Vicki Hackworth"]);
+        let whole = set_scores(" vicki hackworth ,Barabara Beltran", &g);
+        assert_eq!((whole.precision, whole.recall, whole.f1), (1.0, 1.0, 1.0));
+        // One of two right and nothing wrong: precision 1, recall 1/2.
+        let half = set_scores("Vicki Hackworth", &g);
+        assert_eq!((half.precision, half.recall), (1.0, 0.5));
+        assert!((half.f1 - 2.0 / 3.0).abs() < 1e-12);
+        // One right, one wrong, duplicates counted once: 1/2 and 1/2.
+        let mixed = set_scores("Vicki Hackworth, Ann Lee, Vicki Hackworth", &g);
+        assert_eq!((mixed.precision, mixed.recall, mixed.f1), (0.5, 0.5, 0.5));
+        // Only commas separate: "and" and a full stop make other members.
+        assert_eq!(
+            set_scores("Barabara Beltran and Vicki Hackworth", &g).f1,
+            0.0
+        );
+        assert_eq!(set_scores("Vicki Hackworth.", &g).f1, 0.0);
+        assert_eq!(set_scores("", &g).f1, 0.0);
+        // A number answer ("How many") is a one-member set.
+        assert_eq!(set_scores("3", &golds(&["3"])).f1, 1.0);
     }
 }

@@ -16,8 +16,8 @@
 pub mod dataset;
 pub mod job;
 pub mod metrics;
+pub mod summary;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,11 +26,12 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use dataset::QaItem;
+pub use summary::{Group, Stats, Summary};
 
 use crate::secret::Secret;
 
 /// How to run an evaluation.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct EvalConfig {
     /// Server base URL (`http://127.0.0.1:8080`).
     pub url: String,
@@ -70,12 +71,26 @@ pub struct QuestionResult {
     pub question: String,
     pub golds: Vec<String>,
     pub prediction: String,
-    pub em: f64,
-    pub cover_em: f64,
-    pub f1: f64,
+    /// EM, cover-EM and token F1, the best over the golds; `None` for a set
+    /// answer of several members, which a single gold does not stand for.
+    pub em: Option<f64>,
+    pub cover_em: Option<f64>,
+    pub f1: Option<f64>,
+    /// Set precision, recall and F1 for a set answer
+    /// ([`metrics::set_scores`]); `None` when the golds are aliases.
+    pub set_precision: Option<f64>,
+    pub set_recall: Option<f64>,
+    pub set_f1: Option<f64>,
+    /// The question's hops and template, when the dataset gives them.
+    pub difficulty: Option<u32>,
+    pub template: Option<String>,
     /// A gold answer occurs in a spliced document (None: the server did not say
     /// what it spliced).
     pub answer_in_documents: Option<bool>,
+    /// Share of the question's supporting articles among the documents the
+    /// model's own searches retrieved (`None`: the dataset lists none, or the
+    /// server did not say what it retrieved).
+    pub support_recall: Option<f64>,
     /// Search calls that ran a query.
     pub searches: Option<usize>,
     /// Queries searched by the model's search calls (not the question search).
@@ -104,196 +119,6 @@ pub struct QuestionResult {
     pub error_kind: Option<String>,
     /// Text after the prompt that the model saw (seeker only).
     pub transcript: Option<String>,
-}
-
-/// Mean, median and 90th percentile.
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
-pub struct Stats {
-    pub mean: f64,
-    pub p50: f64,
-    pub p90: f64,
-}
-
-impl Stats {
-    /// Stats of `values` (nearest-rank percentiles); zeros when empty.
-    pub fn of(values: &[f64]) -> Self {
-        if values.is_empty() {
-            return Self::default();
-        }
-        let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
-        let rank = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-        Self {
-            mean: v.iter().sum::<f64>() / v.len() as f64,
-            p50: rank(0.5),
-            p90: rank(0.9),
-        }
-    }
-}
-
-/// The summary of a run.
-#[derive(Clone, Debug, Serialize)]
-pub struct Summary {
-    pub config: EvalConfig,
-    pub dataset: String,
-    /// Model id the server reported.
-    pub served_model: Option<String>,
-    pub seeker_version: String,
-    pub questions: usize,
-    pub completed: usize,
-    /// EM, cover-EM and F1 over all questions (a failed question scores 0).
-    pub em: f64,
-    pub cover_em: f64,
-    pub f1: f64,
-    /// Share of questions whose gold occurs in a spliced document.
-    pub answer_recall: Option<f64>,
-    pub searches_per_question: Option<f64>,
-    pub queries_per_search: Option<f64>,
-    pub rounds_per_question: Option<f64>,
-    pub generated_tokens_per_question: Option<f64>,
-    /// Prompt tokens read per question, all rounds together.
-    pub prompt_tokens_per_question: Option<f64>,
-    /// Prompt tokens prefilled per question (read less cached).
-    pub prefilled_tokens_per_question: Option<f64>,
-    /// `None` when no question reported one (`--no-stream`).
-    pub time_to_first_token_s: Option<Stats>,
-    pub seconds_per_question: Stats,
-    /// Failures by kind.
-    pub failures: BTreeMap<String, usize>,
-    /// Wall-clock seconds of the whole run.
-    pub wall_seconds: f64,
-}
-
-fn mean_of(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    let v: Vec<f64> = values.flatten().collect();
-    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-}
-
-impl Summary {
-    /// Aggregates `results`.
-    pub fn new(
-        config: EvalConfig,
-        dataset: String,
-        served_model: Option<String>,
-        results: &[QuestionResult],
-        wall_seconds: f64,
-    ) -> Self {
-        let n = results.len().max(1) as f64;
-        let ok: Vec<&QuestionResult> = results.iter().filter(|r| r.error.is_none()).collect();
-        let mut failures = BTreeMap::new();
-        for r in results {
-            if let Some(kind) = &r.error_kind {
-                *failures.entry(kind.clone()).or_insert(0) += 1;
-            }
-        }
-        let searches: usize = ok.iter().filter_map(|r| r.searches).sum();
-        let queries: usize = ok.iter().filter_map(|r| r.queries).sum();
-        let has_rollouts = ok.iter().any(|r| r.searches.is_some());
-        Self {
-            config,
-            dataset,
-            served_model,
-            seeker_version: env!("CARGO_PKG_VERSION").to_string(),
-            questions: results.len(),
-            completed: ok.len(),
-            em: results.iter().map(|r| r.em).sum::<f64>() / n,
-            cover_em: results.iter().map(|r| r.cover_em).sum::<f64>() / n,
-            f1: results.iter().map(|r| r.f1).sum::<f64>() / n,
-            answer_recall: mean_of(
-                ok.iter()
-                    .map(|r| r.answer_in_documents.map(|b| if b { 1.0 } else { 0.0 })),
-            ),
-            searches_per_question: mean_of(ok.iter().map(|r| r.searches.map(|s| s as f64))),
-            queries_per_search: (has_rollouts && searches > 0)
-                .then(|| queries as f64 / searches as f64),
-            rounds_per_question: mean_of(ok.iter().map(|r| r.rounds.map(|s| s as f64))),
-            generated_tokens_per_question: mean_of(
-                ok.iter().map(|r| r.completion_tokens.map(|s| s as f64)),
-            ),
-            prompt_tokens_per_question: mean_of(
-                ok.iter().map(|r| r.prompt_tokens.map(|s| s as f64)),
-            ),
-            prefilled_tokens_per_question: mean_of(ok.iter().map(|r| {
-                r.prompt_tokens
-                    .map(|p| p.saturating_sub(r.prompt_tokens_cached.unwrap_or(0)) as f64)
-            })),
-            time_to_first_token_s: Some(
-                ok.iter()
-                    .filter_map(|r| r.time_to_first_token_s)
-                    .collect::<Vec<_>>(),
-            )
-            .filter(|t| !t.is_empty())
-            .map(|t| Stats::of(&t)),
-            seconds_per_question: Stats::of(&ok.iter().map(|r| r.seconds).collect::<Vec<_>>()),
-            failures,
-            wall_seconds,
-        }
-    }
-
-    /// The terminal table.
-    pub fn table(&self) -> String {
-        let opt = |v: Option<f64>, digits: usize| {
-            v.map_or_else(|| "n/a".to_string(), |x| format!("{x:.digits$}"))
-        };
-        let mut rows: Vec<(String, String)> = vec![
-            (
-                "questions".into(),
-                format!("{} ({} completed)", self.questions, self.completed),
-            ),
-            ("EM".into(), format!("{:.3}", self.em)),
-            ("cover-EM".into(), format!("{:.3}", self.cover_em)),
-            ("F1".into(), format!("{:.3}", self.f1)),
-            (
-                "answer recall of spliced documents".into(),
-                opt(self.answer_recall, 3),
-            ),
-            (
-                "searches / question".into(),
-                opt(self.searches_per_question, 2),
-            ),
-            ("queries / search".into(), opt(self.queries_per_search, 2)),
-            ("rounds / question".into(), opt(self.rounds_per_question, 2)),
-            (
-                "generated tokens / question".into(),
-                opt(self.generated_tokens_per_question, 1),
-            ),
-            (
-                "prompt tokens / question".into(),
-                opt(self.prompt_tokens_per_question, 1),
-            ),
-            (
-                "prefilled tokens / question".into(),
-                opt(self.prefilled_tokens_per_question, 1),
-            ),
-        ];
-        for (name, s) in [
-            ("time to first token (s)", self.time_to_first_token_s),
-            ("seconds / question", Some(self.seconds_per_question)),
-        ] {
-            rows.push((
-                name.into(),
-                s.map_or_else(
-                    || "n/a (not streamed)".to_string(),
-                    |s| format!("mean {:.2}, p50 {:.2}, p90 {:.2}", s.mean, s.p50, s.p90),
-                ),
-            ));
-        }
-        let failures = if self.failures.is_empty() {
-            "none".to_string()
-        } else {
-            self.failures
-                .iter()
-                .map(|(k, v)| format!("{k}: {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        rows.push(("failures".into(), failures));
-        rows.push(("wall time (s)".into(), format!("{:.1}", self.wall_seconds)));
-        let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
-        rows.iter()
-            .map(|(k, v)| format!("{k:width$}  {v}\n"))
-            .collect()
-    }
 }
 
 /// Runs every item against the server, `config.concurrency` at a time;
@@ -329,15 +154,36 @@ pub async fn served_model(config: &EvalConfig) -> Option<String> {
     v["data"][0]["id"].as_str().map(str::to_string)
 }
 
-fn failed(item: &QaItem, kind: &str, message: String, started: Instant) -> QuestionResult {
+/// The fields of a result that come from the item: what it is, and its
+/// scores for `prediction` (an empty prediction scores 0 everywhere).
+fn scored(item: &QaItem, prediction: String) -> QuestionResult {
+    let em_scored = !item.answer_is_set || item.golds.len() == 1;
+    let set = item
+        .answer_is_set
+        .then(|| metrics::set_scores(&prediction, &item.golds));
     QuestionResult {
         id: item.id.clone(),
         question: item.question.clone(),
         golds: item.golds.clone(),
+        em: em_scored.then(|| metrics::exact_match(&prediction, &item.golds)),
+        cover_em: em_scored.then(|| metrics::cover_exact_match(&prediction, &item.golds)),
+        f1: em_scored.then(|| metrics::f1(&prediction, &item.golds)),
+        set_precision: set.map(|s| s.precision),
+        set_recall: set.map(|s| s.recall),
+        set_f1: set.map(|s| s.f1),
+        difficulty: item.difficulty,
+        template: item.template.clone(),
+        prediction,
+        ..QuestionResult::default()
+    }
+}
+
+fn failed(item: &QaItem, kind: &str, message: String, started: Instant) -> QuestionResult {
+    QuestionResult {
         seconds: started.elapsed().as_secs_f64(),
         error: Some(message),
         error_kind: Some(kind.to_string()),
-        ..QuestionResult::default()
+        ..scored(item, String::new())
     }
 }
 
@@ -512,16 +358,11 @@ fn score(item: &QaItem, s: Streamed, started: Instant) -> QuestionResult {
             .collect()
     });
     QuestionResult {
-        id: item.id.clone(),
-        question: item.question.clone(),
-        golds: item.golds.clone(),
-        em: metrics::exact_match(&prediction, &item.golds),
-        cover_em: metrics::cover_exact_match(&prediction, &item.golds),
-        f1: metrics::f1(&prediction, &item.golds),
         answer_in_documents: documents.as_ref().map(|docs| {
             docs.iter()
                 .any(|d| metrics::contains_answer(d, &item.golds))
         }),
+        support_recall: support_recall(&item.support, rounds.as_deref()),
         searches: s
             .seeker
             .as_ref()
@@ -559,10 +400,29 @@ fn score(item: &QaItem, s: Streamed, started: Instant) -> QuestionResult {
             .as_ref()
             .and_then(|v| v["transcript"].as_str())
             .map(str::to_string),
-        prediction,
-        error: None,
-        error_kind: None,
+        ..scored(item, prediction)
     }
+}
+
+/// The share of `support` (article titles) among the titles of the documents
+/// the model's own searches retrieved (rounds after the question search,
+/// round 0). `None` without supporting articles or without rounds.
+fn support_recall(support: &[String], rounds: Option<&[Value]>) -> Option<f64> {
+    if support.is_empty() {
+        return None;
+    }
+    let found: std::collections::HashSet<&str> = rounds?
+        .iter()
+        .filter(|r| r["round"].as_u64() != Some(0))
+        .flat_map(|r| r["results"].as_array().into_iter().flatten())
+        .flat_map(|q| q["documents"].as_array().into_iter().flatten())
+        .filter_map(|d| d["title"].as_str())
+        .collect();
+    let hits = support
+        .iter()
+        .filter(|t| found.contains(t.as_str()))
+        .count();
+    Some(hits as f64 / support.len() as f64)
 }
 
 /// The sum of `field` over the generation rounds (`None` when no round
@@ -594,11 +454,47 @@ mod tests {
     }
 
     #[test]
-    fn stats_use_nearest_rank_percentiles() {
-        let s = Stats::of(&[4.0, 1.0, 3.0, 2.0, 10.0]);
-        assert_eq!(s.mean, 4.0);
-        assert_eq!(s.p50, 3.0);
-        assert_eq!(s.p90, 10.0);
-        assert_eq!(Stats::of(&[]), Stats::default());
+    fn support_recall_counts_the_models_own_searches_only() {
+        let doc = |t: &str| json!({"title": t, "text": "…"});
+        let rounds = [
+            json!({"round": 0, "results": [{"documents": [doc("Aida Wang")]}]}),
+            json!({"round": 1, "results": [{"documents": [doc("Ryan Wang"), doc("X")]},
+                                           {"documents": [doc("Dino Beltran")]}]}),
+            json!({"round": 2, "results": []}),
+        ];
+        let support: Vec<String> = ["Aida Wang", "Ryan Wang", "Dino Beltran", "Vicki Hackworth"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(support_recall(&support, Some(&rounds)), Some(0.5));
+        assert_eq!(support_recall(&[], Some(&rounds)), None);
+        assert_eq!(support_recall(&support, None), None);
+    }
+
+    #[test]
+    fn a_set_answer_of_several_members_is_scored_by_set_f1_alone() {
+        let item = QaItem {
+            id: "q".into(),
+            question: "Who is the sister of Aida Wang?".into(),
+            golds: vec!["Barabara Beltran".into(), "Vicki Hackworth".into()],
+            answer_is_set: true,
+            difficulty: Some(1),
+            ..QaItem::default()
+        };
+        let r = scored(&item, "Vicki Hackworth".into());
+        assert_eq!(r.em, None, "one member is not the answer");
+        assert_eq!((r.set_precision, r.set_recall), (Some(1.0), Some(0.5)));
+        assert_eq!(r.difficulty, Some(1));
+        let single = QaItem {
+            golds: vec!["Ryan Wang".into()],
+            ..item.clone()
+        };
+        let r = scored(&single, "Ryan Wang".into());
+        assert_eq!((r.em, r.set_f1), (Some(1.0), Some(1.0)));
+        let aliases = QaItem {
+            answer_is_set: false,
+            ..item
+        };
+        let r = scored(&aliases, "Vicki Hackworth".into());
+        assert_eq!((r.em, r.set_f1), (Some(1.0), None));
     }
 }
