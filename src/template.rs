@@ -86,6 +86,13 @@ impl Template {
         }
     }
 
+    /// Whether the template has the field `name`.
+    pub fn uses(&self, name: &str) -> bool {
+        self.parts
+            .iter()
+            .any(|p| matches!(p, Part::Field(f) if f == name))
+    }
+
     /// Renders to a new string with the given `(field, value)` pairs; a field
     /// without a pair renders empty.
     pub fn render(&self, values: &[(&str, &str)]) -> String {

@@ -6,12 +6,15 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::schema::{FunctionSpec, PagesSpec, ProfileFile, PromptSpec, TagSpec, ToolsSpec};
-use super::{Pages, Profile, ProfileError, PromptFormat, Tools};
+use super::{Pages, Profile, ProfileError, PromptFormat, QuestionSearch, Tools};
 use crate::template::Template;
 
 /// Fields a prompt template may use: `date` is today's date (UTC) as
 /// `YYYY-MM-DD` (Tongyi DeepResearch and DeepResearcher date their prompts).
 const PROMPT_FIELDS: &[&str] = &["question", "date"];
+/// The prompt fields of a profile whose question's documents go into its
+/// prompt (`search_question_first = "prompt"`).
+const PROMPT_FIELDS_WITH_DOCUMENTS: &[&str] = &["question", "date", "documents"];
 /// Fields the document block template may use.
 const BLOCK_FIELDS: &[&str] = &["docs"];
 /// Fields a per-document template may use: `i` is the 1-based rank; the
@@ -77,9 +80,24 @@ impl Profile {
         let pages = build_pages(raw.pages, tools.is_some(), &at)?;
         let control_tags = control_tags(&raw.tags, &raw.splice.block, &response_src, &pages);
         let p = &raw.prompt;
-        let prompt_system = at.prompt("prompt.system", &p.system)?;
-        let prompt_user = at.prompt("prompt.user", &p.user)?;
-        let prompt_raw = at.prompt("prompt.raw", &p.raw)?;
+        let fields = if raw.rollout.search_question_first == QuestionSearch::Prompt {
+            PROMPT_FIELDS_WITH_DOCUMENTS
+        } else {
+            PROMPT_FIELDS
+        };
+        let prompt_system = at.prompt("prompt.system", &p.system, fields)?;
+        let prompt_user = at.prompt("prompt.user", &p.user, fields)?;
+        let prompt_raw = at.prompt("prompt.raw", &p.raw, fields)?;
+        if raw.rollout.search_question_first == QuestionSearch::Prompt
+            && ![&prompt_system, &prompt_user, &prompt_raw]
+                .iter()
+                .any(|t| t.as_ref().is_some_and(|t| t.uses("documents")))
+        {
+            return Err(at.invalid(
+                "rollout.search_question_first",
+                "\"prompt\" puts the question's documents at {documents}, which no prompt text has",
+            ));
+        }
         let splice = &raw.splice;
         let splice_block = at.template("splice.block", &splice.block, BLOCK_FIELDS)?;
         let splice_document = at.template("splice.document", &splice.document, DOCUMENT_FIELDS)?;
@@ -193,9 +211,10 @@ impl Keys<'_> {
         &self,
         key: &'static str,
         src: &Option<String>,
+        fields: &[&str],
     ) -> Result<Option<Template>, ProfileError> {
         src.as_deref()
-            .map(|s| self.template(key, s, PROMPT_FIELDS))
+            .map(|s| self.template(key, s, fields))
             .transpose()
     }
 
@@ -459,11 +478,6 @@ fn documents_close(block: &str) -> String {
     }
 }
 
-// The tests below name `QuestionSearch` through `super::*`; parsing no
-// longer does (the schema in `schema.rs` does).
-#[cfg(test)]
-use super::QuestionSearch;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,6 +511,32 @@ mod tests {
             .to_string();
         assert!(
             err.contains("splice.failed") && err.contains("why"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn documents_in_the_prompt_need_a_documents_field_and_only_then_allow_one() {
+        let rag = std::fs::read_to_string(&load("rag").source).unwrap();
+        let path = Path::new("config/policies/broken.toml");
+        let err = Profile::parse(&rag.replace("{documents}", ""), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("search_question_first") && err.contains("{documents}"),
+            "{err}"
+        );
+        let err = Profile::parse(
+            &rag.replace(
+                "search_question_first = \"prompt\"",
+                "search_question_first = \"off\"",
+            ),
+            path,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("prompt.system") && err.contains("documents"),
             "{err}"
         );
     }

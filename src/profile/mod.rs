@@ -59,6 +59,12 @@ pub enum QuestionSearch {
     /// the start of the user message (of the raw prompt for `raw`), before the
     /// instruction: the layout small untrained instruct models answer from best.
     User,
+    /// The document block, as written, in place of `{documents}` in the
+    /// prompt's system or user text: the one-shot retrieval-augmented
+    /// baseline, whose prompt holds the question's documents and no search
+    /// tags (FlashRAG's standard RAG template, `flashrag/prompt/base_prompt.py`,
+    /// puts them in the system message).
+    Prompt,
 }
 
 /// What the answer is when a rollout ends (EOS, token budget, round cap)

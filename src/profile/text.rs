@@ -32,17 +32,30 @@ impl Profile {
     /// The user message for `question` (normalised first); for `raw` profiles,
     /// the whole raw prompt.
     pub fn user_message(&self, question: &str) -> String {
+        self.user_text(question, "")
+    }
+
+    /// The user message (raw prompt) with `documents` at `{documents}`.
+    fn user_text(&self, question: &str, documents: &str) -> String {
         let q = self.normalize_question(question);
         self.prompt_user
             .as_ref()
             .or(self.prompt_raw.as_ref())
-            .map(|t| t.render(&[("question", &q), ("date", &today())]))
+            .map(|t| {
+                t.render(&[
+                    ("question", &q),
+                    ("date", &today()),
+                    ("documents", documents),
+                ])
+            })
             .unwrap_or_default()
     }
 
     /// The prompt for the conversation `history`, whose turn `question_at` (a
-    /// user turn) holds the question. `documents_first` is placed before the
-    /// instruction (see [`super::QuestionSearch::User`]).
+    /// user turn) holds the question. `documents_first`, the question
+    /// search's block, is placed before the instruction
+    /// ([`super::QuestionSearch::User`]), or at `{documents}` in the prompt's
+    /// texts ([`super::QuestionSearch::Prompt`]).
     ///
     /// `chat`: the history up to the question, the question turn replaced by the
     /// instruction. `system`: the profile's system message, then the history's
@@ -54,8 +67,14 @@ impl Profile {
         documents_first: Option<&str>,
     ) -> PromptText {
         let question = &history[question_at].content;
-        let mut instruction = documents_first.unwrap_or("").to_string();
-        instruction.push_str(&self.user_message(question));
+        let in_prompt = self.search_question_first == super::QuestionSearch::Prompt;
+        let (before, documents) = match documents_first {
+            Some(d) if in_prompt => ("", d),
+            Some(d) => (d, ""),
+            None => ("", ""),
+        };
+        let mut instruction = before.to_string();
+        instruction.push_str(&self.user_text(question, documents));
         match self.prompt_format {
             PromptFormat::Raw => PromptText::Raw(instruction),
             PromptFormat::Chat | PromptFormat::System => {
@@ -66,6 +85,7 @@ impl Profile {
                         system.render(&[
                             ("question", &self.normalize_question(question)),
                             ("date", &today()),
+                            ("documents", documents),
                         ]),
                     ));
                 }
@@ -459,6 +479,39 @@ mod tests {
              </answer>. Question: who painted the Mona Lisa?\n"
         );
         assert_eq!(p.normalize_question("Is it?"), "Is it?");
+    }
+
+    #[test]
+    fn rag_puts_the_question_documents_in_its_system_message() {
+        use crate::engine::{ChatTurn, Role};
+        use crate::profile::PromptText;
+        let p = load("rag");
+        let history = [ChatTurn::new(Role::User, "Who is the husband of Aida Wang")];
+        let docs = "Doc 1(Title: \"Aida Wang\") The husband of Aida Wang is Ryan Wang.\n";
+        let PromptText::Chat(turns) = p.prompt(&history, 0, Some(docs)) else {
+            panic!("a chat prompt");
+        };
+        assert_eq!(turns.len(), 2);
+        assert_eq!(
+            turns[0].content,
+            format!(
+                "Answer the question based on the given document.Only give me the answer and do \
+                 not output any other words.\nThe following are given documents.\n\n{docs}"
+            )
+        );
+        assert_eq!(
+            turns[1].content,
+            "Question: Who is the husband of Aida Wang"
+        );
+        // Without documents (the prompt's size check) the field is empty.
+        let PromptText::Chat(bare) = p.prompt(&history, 0, None) else {
+            panic!("a chat prompt");
+        };
+        assert!(
+            bare[0].content.ends_with("documents.\n\n"),
+            "{:?}",
+            bare[0].content
+        );
     }
 
     #[test]

@@ -75,8 +75,9 @@ impl Rollout<'_> {
 
     /// The question search of a prefetch profile: searches `question` when
     /// `search_question_first` asks for it. Returns the document block for
-    /// the start of the user message (`user`, already sent as a splice
-    /// event) and the splice for right after the prompt (`assistant`); both
+    /// the start of the user message (`user`) or for the prompt's
+    /// `{documents}` (`prompt`), already sent as a splice event, and the
+    /// splice for right after the prompt (`assistant`); both
     /// `None` when the profile searches nothing first.
     ///
     /// # Errors
@@ -96,6 +97,11 @@ impl Rollout<'_> {
             QuestionSearch::User => {
                 let splice = self.search(0, vec![question], Vec::new()).await?;
                 let block = format!("{}\n", splice.trim());
+                self.emit(RolloutEvent::Splice(block.clone())).await?;
+                documents_first = Some(block);
+            }
+            QuestionSearch::Prompt => {
+                let block = self.search(0, vec![question], Vec::new()).await?;
                 self.emit(RolloutEvent::Splice(block.clone())).await?;
                 documents_first = Some(block);
             }

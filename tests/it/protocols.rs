@@ -137,7 +137,9 @@ fn two_round_script(p: &Profile) -> Vec<Vec<String>> {
 
 #[tokio::test]
 async fn golden_two_round_transcript_of_every_profile() {
-    for (name, p) in profiles() {
+    // Every profile that searches (the baselines `direct` and `rag` never
+    // do: `baselines_answer_in_one_round_without_a_search_of_their_own`).
+    for (name, p) in profiles().into_iter().filter(|(_, p)| p.max_searches > 0) {
         let script = two_round_script(&p);
         let (result, events, engine) = rollout(
             p.clone(),
@@ -180,6 +182,64 @@ async fn golden_two_round_transcript_of_every_profile() {
             .replace(&today, "{date}")
         );
     }
+}
+
+/// The evaluation baselines: `direct` answers with its whole reply and runs
+/// no search, even one the model writes; `rag` searches the question once,
+/// before the first token, and puts its documents in the system message.
+#[tokio::test]
+async fn baselines_answer_in_one_round_without_a_search_of_their_own() {
+    let (result, _, engine) = rollout(
+        profile("direct"),
+        vec![pieces(&[" Leonardo", " da Vinci\n"])],
+        backend(),
+        ask("Who painted the Mona Lisa?"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "Leonardo da Vinci");
+    assert_eq!((outcome.searches, engine.prompts().len()), (0, 1));
+    assert!(
+        engine.prompts()[0].contains("based on your own knowledge"),
+        "{}",
+        engine.prompts()[0]
+    );
+
+    let searching = backend();
+    let (result, _, _) = rollout(
+        profile("direct"),
+        vec![pieces(&["<search> Mona Lisa painter </search>"])],
+        Arc::clone(&searching),
+        ask("Who painted the Mona Lisa?"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.finish_reason, FinishReason::Length);
+    assert_eq!(outcome.searches, 0);
+    assert!(searching.asked.lock().unwrap().is_empty(), "no search runs");
+
+    let asked = backend();
+    let (result, _, engine) = rollout(
+        profile("rag"),
+        vec![pieces(&["Leonardo da Vinci"])],
+        Arc::clone(&asked),
+        ask("Mona Lisa painter"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "Leonardo da Vinci");
+    assert_eq!(*asked.asked.lock().unwrap(), ["Mona Lisa painter"]);
+    let prompt = &engine.prompts()[0];
+    let system = prompt.find("<|im_start|>system").unwrap();
+    let user = prompt.find("<|im_start|>user").unwrap();
+    let docs = prompt
+        .find("Doc 1(Title: \"Mona Lisa\") The Mona Lisa is a portrait by Leonardo da Vinci.\nDoc 2(Title: \"Painting\")")
+        .unwrap_or_else(|| panic!("{prompt}"));
+    assert!(system < docs && docs < user, "{prompt}");
+    assert!(
+        prompt[user..].starts_with("<|im_start|>user\nQuestion: Mona Lisa painter<|im_end|>"),
+        "{prompt}"
+    );
 }
 
 fn search_r1_ask(scripts: &[&[&str]]) -> Vec<Vec<String>> {
