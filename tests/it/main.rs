@@ -31,6 +31,9 @@
 //!   binary and model.
 //! - `e2e`: the real binary, the real small GGUF (SmolLM2) and the default
 //!   corpus (fetch them first with `scripts/fetch-defaults.sh --no-index`).
+//! - `phantomwiki`: a generated PhantomWiki universe indexed, served on the
+//!   default model and scored by `seeker eval` (make it first with
+//!   `scripts/phantomwiki.sh --size 500 --no-index`).
 //! - `qwen`: the default model (Qwen2.5-Coder-1.5B) against llama.cpp on the
 //!   same GGUF (prompt, token ids, log-probabilities, end of turn), and end to
 //!   end through the binary on the default config.
@@ -48,6 +51,7 @@ mod http;
 mod mcp;
 mod ops;
 mod pages;
+mod phantomwiki;
 mod prepare;
 mod protocols;
 mod qwen;
