@@ -20,7 +20,7 @@ use mistralrs::{
 use super::reuse_state::{flush, FlushReason, Reuse};
 use super::{ActivationDtype, MistralConfig, MistralEngine, LOG_TARGET};
 use crate::engine::prepare::ensure_prepared;
-use crate::engine::EngineError;
+use crate::engine::{Engine, EngineError, EngineEvent, GenerationParams};
 
 impl ActivationDtype {
     fn to_mistral(self) -> ModelDType {
@@ -79,14 +79,63 @@ impl MistralEngine {
             gguf: config.gguf.clone(),
             reuse,
         };
+        if !cuda {
+            engine.warm_up().await?;
+        }
         if let Some(reuse) = &engine.reuse {
-            // The warm-up run ("hello", one token) left an entry whose last
-            // token has no row, under a key seeker did not choose.
+            // mistral.rs's warm-up run ("hello", one token) left an entry whose
+            // last token has no row, under a key seeker did not choose; seeker's
+            // own left one too.
             flush(&engine.model, reuse, FlushReason::Startup).await?;
         }
         Ok(engine)
     }
+
+    /// Runs [`WARM_UP_PROMPT`] and two decoded tokens, so that the first
+    /// request does not pay for packing the weights.
+    ///
+    /// Why: candle-core 0.11 repacks each quantized weight the first time a
+    /// matmul of a kind uses it, into one layout for one-row products
+    /// (decode; mistral.rs's own warm-up run builds these) and, on CPUs with
+    /// AMX, another for Q4K products of 32 rows or more (prefill):
+    /// `quantized/repack.rs::try_matmul_f32`. Measured on the default model
+    /// (`bench/README.md`, "candle 0.11's kernels"): the first 545-token
+    /// prefill took 12.0 s, the next ones 6.4-6.9 s.
+    ///
+    /// # Errors
+    /// [`EngineError`] when the run fails: the model cannot serve.
+    async fn warm_up(&self) -> Result<(), EngineError> {
+        let started = std::time::Instant::now();
+        let params = GenerationParams {
+            max_tokens: 2,
+            temperature: None,
+            top_p: None,
+            stop: Vec::new(),
+            session: None,
+        };
+        let mut generation = self.generate(WARM_UP_PROMPT, &params).await?;
+        while let Some(event) = generation.events.recv().await {
+            if matches!(event?, EngineEvent::Done(_)) {
+                break;
+            }
+        }
+        tracing::debug!(
+            target: LOG_TARGET,
+            prompt_tokens = generation.prompt_tokens,
+            seconds = started.elapsed().as_secs_f64(),
+            "warm-up run done"
+        );
+        Ok(())
+    }
 }
+
+/// The warm-up run's prompt: plain text of more than 32 tokens in any
+/// tokenizer of the model families seeker serves (the Qwen2.5 tokenizer
+/// makes 56 of it), so its prefill takes the many-row kernels.
+const WARM_UP_PROMPT: &str = "The search engine returned three documents. The first one \
+    describes the history of the city, the second one lists its famous buildings, and the \
+    third one gives the population in every census since the year 1900. Read them carefully \
+    and answer the question in a few words.";
 
 /// The GGUF to load: the prepared copy `config.weights` asks for
 /// ([`crate::engine::prepare`]), or the original when the copy cannot be
