@@ -14,11 +14,13 @@
 #      --policy search-r1: Search-R1's infer.py loop, the prompt re-sent as text
 #      each round, the queries sent to a seeker's POST /retrieve as infer.py
 #      sends them to its retrieval server, so it reads the same documents);
-#   4. seeker with its embedded engine (mistral.rs);
+#   4. seeker with its embedded engine (mistral.rs); embedded-before: the same with the
+#      seeker binary BEFORE_BIN (an older build, for a before/after in one session);
 #   5. throughput: CLIENTS clients (default 4) over TN questions (default 20)
 #      on seeker over one llama.cpp server with 1 slot and with CLIENTS slots;
 #      the loop's throughput is its single-client rate (it runs one question
-#      after another).
+#      after another); embedded-throughput: CLIENTS clients over TN questions on
+#      the embedded engine with max_num_seqs 1 and CLIENTS.
 # Each run gets fresh servers: llama.cpp keeps earlier prompts in its cache,
 # which would favour whatever runs second on the same questions.
 #
@@ -46,8 +48,8 @@ OUT=target/bench-loop
 GGUF=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 for step in $STEPS; do
     case $step in
-    remote | remote-whole | remote-text | reference | embedded | throughput | throughput-slots) ;;
-    *) echo "bench/loop.sh: unknown step '$step' (steps: remote remote-whole remote-text reference embedded throughput throughput-slots)" >&2
+    remote | remote-whole | remote-text | reference | embedded | embedded-before | throughput | throughput-slots | embedded-throughput) ;;
+    *) echo "bench/loop.sh: unknown step '$step' (steps: remote remote-whole remote-text reference embedded embedded-before throughput throughput-slots embedded-throughput)" >&2
        exit 2 ;;
     esac
 done
@@ -100,6 +102,13 @@ for step in $STEPS; do
         # The loop's single-client rate on the throughput questions.
         reference reference-tn "$OUT/questions.jsonl" ;;
     embedded) evaluate embedded "$(seeker)" 1 "$N" ;;
+    embedded-before)
+        [[ -n ${BEFORE_BIN:-} ]] || { echo "bench/loop.sh: embedded-before needs BEFORE_BIN" >&2; exit 2; }
+        evaluate embedded-before "$(SEEKER=$BEFORE_BIN seeker)" 1 "$N" ;;
+    embedded-throughput)
+        evaluate embedded-c"$CLIENTS"-1seq "$(seeker)" "$CLIENTS" "$TN"
+        stop_all
+        evaluate embedded-c"$CLIENTS"-"$CLIENTS"seqs "$(seeker SEEKER_MODEL__MAX_NUM_SEQS="$CLIENTS")" "$CLIENTS" "$TN" ;;
     throughput)
         evaluate remote-c"$CLIENTS"-1slot "$(remote "$(llama 2 1)")" "$CLIENTS" "$TN"
         stop_all
@@ -121,6 +130,9 @@ rows = [("seeker, llama.cpp, token ids", "remote", 1, n),
         ("seeker, llama.cpp, token ids, not streamed", "remote-whole", 1, n),
         ("seeker, llama.cpp, text", "remote-text", 1, n),
         ("seeker, embedded (mistral.rs)", "embedded", 1, n),
+        ("seeker, embedded, BEFORE_BIN", "embedded-before", 1, n),
+        ("seeker, embedded, max_num_seqs 1", f"embedded-c{clients}-1seq", clients, tn),
+        (f"seeker, embedded, max_num_seqs {clients}", f"embedded-c{clients}-{clients}seqs", clients, tn),
         ("seeker, llama.cpp 1 slot", f"remote-c{clients}-1slot", clients, tn),
         (f"seeker, llama.cpp {clients} slots", f"remote-c{clients}-{clients}slots", clients, tn)]
 missing = []
