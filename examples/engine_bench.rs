@@ -109,8 +109,17 @@ impl PerfControl {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // As `seeker serve` runs the engine (candle's thread pool settings), set
+    // before any thread starts.
+    seeker::engine::mistral::set_cpu_defaults();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let dtype = match args.dtype.as_str() {
         "f32" => ActivationDtype::F32,

@@ -128,8 +128,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // As `seeker serve` runs the engine (candle's thread pool settings), set
+    // before any thread starts.
+    seeker::engine::mistral::set_cpu_defaults();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     let weights = match args.weights.as_str() {
         "q8_0" => WeightFormat::Q8_0,
