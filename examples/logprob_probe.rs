@@ -18,6 +18,11 @@
 //! # never-computed row of a cached sequence's last token (Y2), rows of
 //! # generated tokens computed by decode steps (Y3):
 //! cargo run --release --example logprob_probe -- rows [--gguf G] [--weights f32]
+//! # The kernels check (bench/kernels.sh): one JSON line per prompt of a fixed
+//! # set (Search-R1 round 1 and round 2, tool-search, PhantomWiki), with the
+//! # token ids, the top 10 next-token log-probs and 48 greedy tokens, to set
+//! # this build against another build's and llama.cpp's:
+//! cargo run --release --example logprob_probe -- kernels > kernels.jsonl
 //! ```
 //! Prints the top 5 `(token id, log-prob)` of each run and the largest
 //! difference against the first.
@@ -63,6 +68,15 @@ enum Probe {
         gguf: PathBuf,
         #[arg(long, default_value = "as-is")]
         weights: String,
+    },
+    /// One JSON line per prompt of [`kernel_prompts`]: `{"name", "ids",
+    /// "top": [[id, logprob], ...10], "greedy": text}` (no prefix cache).
+    Kernels {
+        #[arg(long, default_value = seeker::config::DEFAULT_GGUF)]
+        gguf: PathBuf,
+        /// Greedy tokens after each prompt.
+        #[arg(long, default_value_t = 48)]
+        tokens: usize,
     },
     /// Prefix cache off vs on (and on, with a request in between).
     Reuse {
@@ -185,9 +199,62 @@ fn report(prompt: &str, runs: &[Run]) {
     }
 }
 
+/// The kernels check's prompts, `(name, text)`: every question under
+/// Search-R1's prompt (round 1), two of them continued with a search call and
+/// Search-R1's splice (round 2), two under tool-search's template with its
+/// function, and two PhantomWiki questions.
+async fn kernel_prompts(engine: &MistralEngine) -> anyhow::Result<Vec<(String, String)>> {
+    let search_r1 = Profile::load("config/policies/search-r1.toml".as_ref())?;
+    let tool_search = Profile::load("config/policies/tool-search.toml".as_ref())?;
+    let splice = std::fs::read_to_string("tests/fixtures/splices/search-r1.two-docs.txt")?;
+    let questions = [
+        "Where does the Mekong River originate?",
+        "Who painted the Mona Lisa?",
+        "When was the Taj Mahal built?",
+        "What is the population of Macau?",
+        "Who is the mother of Earle Coe?",
+        "Who is the friend of the child of Lindsey Hartwell?",
+    ];
+    let mut out = Vec::new();
+    for (i, q) in questions.iter().enumerate() {
+        let round1 = engine
+            .render_chat(&[ChatTurn::new(Role::User, search_r1.user_message(q))])
+            .await?;
+        if i < 2 {
+            out.push((
+                format!("search-r1 round 2 #{i}"),
+                format!("{round1}<think>\nI need to look this up.\n</think>\n<search> {q} </search>{splice}"),
+            ));
+        }
+        out.push((format!("search-r1 round 1 #{i}"), round1));
+        if i % 3 == 0 {
+            let prompt = engine
+                .render_chat_with_tools(
+                    &[ChatTurn::new(Role::User, tool_search.user_message(q))],
+                    tool_search.template_tools(),
+                )
+                .await?;
+            out.push((format!("tool-search #{i}"), prompt));
+        }
+    }
+    Ok(out)
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().probe {
+        Probe::Kernels { gguf, tokens } => {
+            let engine = load(&gguf, WeightFormat::AsIs, false).await?;
+            for (name, prompt) in kernel_prompts(&engine).await? {
+                let ids = engine.tokenize(&prompt).await?;
+                let top = engine.next_token_logprobs(&prompt, 10).await?;
+                let text = greedy(&engine, &prompt, tokens).await?;
+                println!(
+                    "{}",
+                    serde_json::json!({"name": name, "ids": ids, "top": top, "greedy": text})
+                );
+            }
+        }
         Probe::Weights { gguf } => {
             let profile = Profile::load("config/policies/search-r1.toml".as_ref())?;
             let instruction = profile.user_message("Where does the Mekong River originate?");
