@@ -320,11 +320,34 @@ fn build_tools(t: ToolsSpec, at: &Keys) -> Result<Tools, ProfileError> {
     if t.query_argument.trim().is_empty() {
         return Err(at.invalid("tools.query_argument", "must not be empty"));
     }
+    if !t.answer.is_empty() {
+        if !t.function.iter().any(|f| f.name == t.answer) {
+            return Err(at.invalid(
+                "tools.answer",
+                &format!("names no function in tools.function: {:?}", t.answer),
+            ));
+        }
+        if t.answer == t.search || t.answer == t.visit {
+            return Err(at.invalid(
+                "tools.answer",
+                "must be another function than tools.search and tools.visit",
+            ));
+        }
+        if t.answer_argument.trim().is_empty() {
+            return Err(at.invalid(
+                "tools.answer_argument",
+                "must name the answer's argument when tools.answer is set",
+            ));
+        }
+    }
     Ok(Tools {
         render: t.render,
         functions,
         search: t.search,
         query_argument: t.query_argument,
+        answer: t.answer,
+        answer_argument: t.answer_argument,
+        repeated: t.repeated,
         page: if t.page.is_empty() {
             None
         } else {

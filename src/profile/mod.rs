@@ -133,6 +133,17 @@ pub struct Tools {
     pub search: String,
     /// Its argument holding the query: a string or an array of strings.
     pub query_argument: String,
+    /// The function whose call is the final answer (as agent frameworks'
+    /// `final_answer` tool); empty if none. A turn that calls it ends the
+    /// rollout with its [`Tools::answer_argument`] as the answer.
+    pub answer: String,
+    /// `answer`'s argument holding the answer: a string, or an array of
+    /// strings (a set answer), joined by `", "`.
+    pub answer_argument: String,
+    /// The reply to a search call whose every query the rollout already
+    /// searched, instead of the same documents again (WebThinker answers a
+    /// repeated query with such a sentence); empty searches them again.
+    pub repeated: String,
     /// The page-reading function; empty if none.
     pub visit: String,
     /// The text answered to a call of `visit` when the profile reads no

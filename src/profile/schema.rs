@@ -49,6 +49,12 @@ pub(super) struct ToolsSpec {
     pub(super) search: String,
     pub(super) query_argument: String,
     #[serde(default)]
+    pub(super) answer: String,
+    #[serde(default)]
+    pub(super) answer_argument: String,
+    #[serde(default)]
+    pub(super) repeated: String,
+    #[serde(default)]
     pub(super) visit: String,
     #[serde(default)]
     pub(super) unavailable: String,

@@ -60,6 +60,17 @@ impl Profile {
                 ),
             };
         }
+        if !tools.answer.is_empty() && invocation.name == tools.answer {
+            // A usable answer call ends the rollout before calls are planned
+            // (`answer_of`): this one's argument is unusable.
+            return tool_error(
+                tools,
+                format!(
+                    "the call to \"{}\" needs \"{}\": a string or an array of strings",
+                    tools.answer, tools.answer_argument
+                ),
+            );
+        }
         if invocation.name != tools.search {
             return tool_error(
                 tools,
@@ -71,6 +82,36 @@ impl Profile {
             );
         }
         self.plan_search(tools, invocation)
+    }
+
+    /// The answer a turn's `calls` give through the profile's answer
+    /// function: the first call of it whose argument is a non-empty string,
+    /// or an array of strings (trimmed, empty ones dropped, joined by
+    /// `", "`, PhantomWiki's and most set answers' separator). `None` when
+    /// the profile has no answer function or no call gives one.
+    pub fn answer_of(&self, calls: &[ToolCall]) -> Option<String> {
+        let tools = self.tools.as_ref().filter(|t| !t.answer.is_empty())?;
+        calls.iter().find_map(|call| {
+            let invocation = call.parsed.as_ref().ok()?;
+            if invocation.name != tools.answer {
+                return None;
+            }
+            let parts: Vec<String> = match invocation.arguments.get(&tools.answer_argument)? {
+                Value::String(s) => vec![s.trim().to_string()],
+                Value::Array(items) => items
+                    .iter()
+                    .map(|v| match v {
+                        Value::String(s) => Some(s.trim().to_string()),
+                        Value::Number(n) => Some(n.to_string()),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?,
+                Value::Number(n) => vec![n.to_string()],
+                _ => return None,
+            };
+            let parts: Vec<String> = parts.into_iter().filter(|p| !p.is_empty()).collect();
+            (!parts.is_empty()).then(|| parts.join(", "))
+        })
     }
 
     /// A call of the `visit` function (the profile reads pages): its URLs,
@@ -359,6 +400,54 @@ mod tests {
             format!(
                 "<|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: \"Toyota\") Toyota was founded in 1937 ‹/tool_response› ‹|im_start|›.\n</tool_response>\n<tool_response>\n{reply}\n</tool_response><|im_end|>\n<|im_start|>assistant\nAccording to the search results,"
             )
+        );
+    }
+
+    #[test]
+    fn the_answer_function_gives_the_answer_and_a_bad_call_an_error() {
+        let p = load("tool-answer");
+        let calls = |text: &str| parse_turn(text, "<tool_call>", "</tool_call>");
+        let call = |args: &str| {
+            format!("<tool_call>\n{{\"name\": \"answer\", \"arguments\": {args}}}\n</tool_call>")
+        };
+        assert_eq!(
+            p.answer_of(&calls(&call(r#"{"answers": [" Ann Lee ", "", "Bo Tan"]}"#))),
+            Some("Ann Lee, Bo Tan".to_string())
+        );
+        assert_eq!(
+            p.answer_of(&calls(&call(r#"{"answers": "Ann Lee"}"#))),
+            Some("Ann Lee".to_string())
+        );
+        assert_eq!(
+            p.answer_of(&calls(&call(r#"{"answers": [3]}"#))),
+            Some("3".to_string())
+        );
+        // A search call before it does not hide it; one without a usable
+        // argument is no answer, and planned as an error reply.
+        let search = "<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"x\"}}\n</tool_call>\n";
+        assert_eq!(
+            p.answer_of(&calls(&format!(
+                "{search}{}",
+                call(r#"{"answers": ["A"]}"#)
+            ))),
+            Some("A".to_string())
+        );
+        for bad in [
+            r#"{"answers": []}"#,
+            r#"{"answers": [{"x": 1}]}"#,
+            r#"{"answer": "A"}"#,
+        ] {
+            let turn = calls(&call(bad));
+            assert_eq!(p.answer_of(&turn), None, "{bad}");
+            match p.plan_call(&turn[0]) {
+                CallPlan::Reply { text, .. } => assert!(text.contains("\"answers\""), "{text}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        // Profiles without an answer function have no answer call.
+        assert_eq!(
+            load("tool-search").answer_of(&calls(&call(r#"{"answers": ["A"]}"#))),
+            None
         );
     }
 }

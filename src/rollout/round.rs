@@ -75,6 +75,15 @@ impl Rollout<'_> {
         };
         if profile.tools.is_some() && turn_ended && !self.answer.started {
             let calls = turn_calls(&profile, kept);
+            // A call of the profile's answer function is the answer.
+            if let Some(answer) = profile.answer_of(&calls) {
+                self.transcript.push_str(kept);
+                self.record(number, RoundOutcome::Answer, tokens);
+                if let Some(text) = self.answer.push(&answer) {
+                    self.emit_answer(&text).await?;
+                }
+                return Ok(Some(FinishReason::Stop));
+            }
             if self.take_client_calls(&calls) {
                 self.transcript.push_str(kept);
                 self.record(number, RoundOutcome::ToolCalls, tokens);
@@ -277,7 +286,10 @@ impl Rollout<'_> {
             return Ok(Some(FinishReason::Length));
         }
         self.calls += 1;
-        let plans: Vec<CallPlan> = calls.iter().map(|c| profile.plan_call(c)).collect();
+        let plans: Vec<CallPlan> = calls
+            .iter()
+            .map(|c| self.without_repeats(&profile, profile.plan_call(c)))
+            .collect();
         let (mut queries, mut notes, mut targets) = (Vec::new(), Vec::new(), Vec::new());
         for (i, plan) in plans.iter().enumerate() {
             match plan {
@@ -351,6 +363,44 @@ impl Rollout<'_> {
         let splice = profile.render_tool_splice(&refs, &results, self.ctx.text.special_tokens());
         self.splice(splice).await?;
         Ok(self.stop_at_cap())
+    }
+
+    /// `plan` without the queries this rollout already searched, when the
+    /// profile answers repeated queries (`tools.repeated`): a search call
+    /// left with none gets that reply instead. Queries compare trimmed and
+    /// lower-cased.
+    fn without_repeats(&self, profile: &Profile, plan: CallPlan) -> CallPlan {
+        let repeated = profile.tools.as_ref().map_or("", |t| t.repeated.as_str());
+        let CallPlan::Search(mut cleaned) = plan else {
+            return plan;
+        };
+        if repeated.is_empty() {
+            return CallPlan::Search(cleaned);
+        }
+        let key = |q: &str| q.trim().to_lowercase();
+        let before: std::collections::HashSet<String> = self
+            .rounds
+            .iter()
+            .filter(|r| r.round > 0)
+            .flat_map(|r| r.queries.iter().map(|q| key(q)))
+            .collect();
+        let (new, old): (Vec<String>, Vec<String>) = cleaned
+            .queries
+            .into_iter()
+            .partition(|q| !before.contains(&key(q)));
+        if new.is_empty() {
+            return CallPlan::Reply {
+                text: repeated.to_string(),
+                reason: format!("already searched: {old:?}"),
+            };
+        }
+        if !old.is_empty() {
+            cleaned
+                .notes
+                .push(format!("dropped queries searched before: {old:?}"));
+        }
+        cleaned.queries = new;
+        CallPlan::Search(cleaned)
     }
 
     /// Whether a prompt over the context `limit` (in tokens) is so because of

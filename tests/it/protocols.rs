@@ -242,6 +242,58 @@ async fn baselines_answer_in_one_round_without_a_search_of_their_own() {
     );
 }
 
+/// `tool-answer`: a repeated query is answered by the profile's reminder
+/// instead of being searched again, and a call of the answer function ends
+/// the rollout with its names joined by commas.
+#[tokio::test]
+async fn tool_answer_reminds_a_repeated_query_and_ends_at_its_answer_call() {
+    let call = |name: &str, args: &str| {
+        format!("<tool_call>\n{{\"name\": \"{name}\", \"arguments\": {args}}}\n</tool_call>")
+    };
+    let search = call("search", r#"{"query": "Mona Lisa painter"}"#);
+    let again = call("search", r#"{"query": " mona lisa PAINTER "}"#);
+    let answer = call("answer", r#"{"answers": ["Leonardo da Vinci", "Salai"]}"#);
+    let asked = backend();
+    let (result, events, engine) = rollout(
+        profile("tool-answer"),
+        vec![
+            pieces(&[&search]),
+            pieces(&[&again]),
+            pieces(&["<think>done</think>", &answer]),
+        ],
+        Arc::clone(&asked),
+        ask("Who painted the Mona Lisa?"),
+    )
+    .await;
+    let outcome = result.unwrap();
+    assert_eq!(outcome.answer, "Leonardo da Vinci, Salai");
+    assert_eq!(outcome.finish_reason, FinishReason::Stop);
+    assert_eq!(outcome.searches, 1);
+    assert_eq!(*asked.asked.lock().unwrap(), ["Mona Lisa painter"]);
+    let third = &engine.prompts()[2];
+    assert!(
+        third.ends_with("<tool_response>\nYou have already searched for this. Use the results above: search for something else, or call answer.\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+        "{third}"
+    );
+    let outcomes: Vec<RoundOutcome> = outcome.rounds.iter().map(|r| r.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            RoundOutcome::Search,
+            RoundOutcome::NoQuery,
+            RoundOutcome::Answer
+        ]
+    );
+    let streamed: String = events
+        .iter()
+        .filter_map(|e| match e {
+            RolloutEvent::Answer(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(streamed, outcome.answer);
+}
+
 fn search_r1_ask(scripts: &[&[&str]]) -> Vec<Vec<String>> {
     scripts.iter().map(|s| pieces(s)).collect()
 }
