@@ -54,7 +54,9 @@ $name = "=$version"
 [workspace]
 TOML
   echo "patch-candle: fetching $name $version with cargo" >&2
-  cargo fetch --quiet --manifest-path "$work/Cargo.toml" >&2
+  # Only this machine's target: cargo fetch would otherwise download every platform's crates.
+  cargo fetch --quiet --target "$(rustc -vV | sed -n 's/^host: //p')" \
+    --manifest-path "$work/Cargo.toml" >&2
   rm -rf "$work"
   for f in "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/"$name-$version.crate"; do
     [[ -f $f && $(sha256sum "$f" | cut -d' ' -f1) == "$sha" ]] && crate=$f
