@@ -14,7 +14,8 @@
 //! Set answers (PhantomWiki's, whose golds are every member of the answer)
 //! are scored by set precision, recall and F1 instead ([`set_scores`]), with
 //! PhantomWiki's own, plainer reading of an answer: split on commas,
-//! stripped, lower-cased.
+//! stripped, lower-cased — after one step of seeker's own: an answer written
+//! as a sentence is read from its last clause ([`answer_clause`]).
 
 use std::collections::HashMap;
 
@@ -142,22 +143,47 @@ pub struct SetScores {
 /// The members of an answer as PhantomWiki's evaluation reads them
 /// (`phantom_eval/utils.py::normalize_pred`): split on [`SET_SEPARATOR`],
 /// each part stripped of whitespace and lower-cased, duplicates dropped. No
-/// other normalisation: "Ann Lee." and "ann lee" are different members.
+/// other normalisation: "Ann Lee" and "ann lee." are different members
+/// (give [`answer_clause`] the text first to read a sentence).
 pub fn answer_set(text: &str) -> std::collections::BTreeSet<String> {
     text.split(SET_SEPARATOR)
         .map(|part| part.trim().to_lowercase())
         .collect()
 }
 
+/// The part of an answer that names its members: for an answer written as a
+/// sentence, what follows its last ` is ` or ` are ` (ASCII case ignored),
+/// without the full stop ("… the brother of the parent of Barabara Tudor is
+/// Bryce Tudor." → "Bryce Tudor"; "… are A, B." → "A, B"); otherwise the
+/// answer without a trailing full stop. PhantomWiki's own agents are prompted
+/// to answer with the names alone and their answers are split as they stand;
+/// seeker's policies keep their own prompts, and an instruct model answering
+/// through a tool-calling policy writes sentences, so this step reads them.
+/// No PhantomWiki name, date, occupation or hobby contains " is " or " are ".
+pub fn answer_clause(text: &str) -> &str {
+    let text = text.trim();
+    let text = text.strip_suffix('.').unwrap_or(text).trim_end();
+    // ASCII lower-casing keeps every byte offset of `text`.
+    let lower = text.to_ascii_lowercase();
+    let after = [" is ", " are "]
+        .iter()
+        .filter_map(|copula| lower.rfind(copula).map(|at| at + copula.len()))
+        .max();
+    match after {
+        Some(at) => text[at..].trim(),
+        None => text,
+    }
+}
+
 /// Set precision, recall and F1 as PhantomWiki scores them
-/// (`phantom_eval/score.py`, arXiv 2502.20377): the prediction and the golds
-/// (joined by the separator first, as its `get_scores_for_predictions` does)
-/// are read as sets by [`answer_set`]; precision is the share of predicted
-/// members that are gold, recall the share of gold members predicted, F1
-/// their harmonic mean (0 when both are 0). An empty prediction is the set
-/// of one empty member, so it scores 0.
+/// (`phantom_eval/score.py`, arXiv 2502.20377): the prediction's
+/// [`answer_clause`] and the golds (joined by the separator first, as its
+/// `get_scores_for_predictions` does) are read as sets by [`answer_set`];
+/// precision is the share of predicted members that are gold, recall the
+/// share of gold members predicted, F1 their harmonic mean (0 when both are
+/// 0). An empty prediction is the set of one empty member, so it scores 0.
 pub fn set_scores(prediction: &str, golds: &[String]) -> SetScores {
-    let predicted = answer_set(prediction);
+    let predicted = answer_set(answer_clause(prediction));
     let gold = answer_set(&golds.join(&SET_SEPARATOR.to_string()));
     let common = predicted.intersection(&gold).count() as f64;
     let precision = common / predicted.len() as f64;
@@ -254,14 +280,48 @@ mod tests {
         // One right, one wrong, duplicates counted once: 1/2 and 1/2.
         let mixed = set_scores("Vicki Hackworth, Ann Lee, Vicki Hackworth", &g);
         assert_eq!((mixed.precision, mixed.recall, mixed.f1), (0.5, 0.5, 0.5));
-        // Only commas separate: "and" and a full stop make other members.
+        // Only commas separate: "and" makes another member.
         assert_eq!(
             set_scores("Barabara Beltran and Vicki Hackworth", &g).f1,
             0.0
         );
-        assert_eq!(set_scores("Vicki Hackworth.", &g).f1, 0.0);
+        assert_eq!(set_scores("Vicki Hackworth.", &g), half);
         assert_eq!(set_scores("", &g).f1, 0.0);
         // A number answer ("How many") is a one-member set.
         assert_eq!(set_scores("3", &golds(&["3"])).f1, 1.0);
+    }
+
+    #[test]
+    fn a_sentence_answer_is_read_from_its_last_clause() {
+        // As the tool-calling policies answer PhantomWiki questions.
+        let cases = [
+            (
+                "According to the search results, the brother of the parent of Barabara \
+                 Tudor is Bryce Tudor.",
+                "Bryce Tudor",
+            ),
+            (
+                "the friend of the person whose date of birth is 0976-08-12 is Terence Landeros.",
+                "Terence Landeros",
+            ),
+            (
+                "The friends of the child of Lindsey Hartwell ARE Janis Kling, Jake Nunes.",
+                "Janis Kling, Jake Nunes",
+            ),
+            (" Vicki Hackworth, Ann Lee. ", "Vicki Hackworth, Ann Lee"),
+            ("0959-03-22", "0959-03-22"),
+            // "is" inside a word is no copula.
+            ("Isabel Tristan, Chris Ison", "Isabel Tristan, Chris Ison"),
+            ("", ""),
+        ];
+        for (answer, clause) in cases {
+            assert_eq!(answer_clause(answer), clause, "{answer}");
+        }
+        let g = golds(&["Janis Kling", "Jake Nunes", "Nora Doolittle"]);
+        let s = set_scores(
+            "The friends of Zachary Hartwell are Janis Kling, Jake Nunes.",
+            &g,
+        );
+        assert_eq!((s.precision, s.recall), (1.0, 2.0 / 3.0));
     }
 }

@@ -81,6 +81,9 @@ pub struct QuestionResult {
     pub set_precision: Option<f64>,
     pub set_recall: Option<f64>,
     pub set_f1: Option<f64>,
+    /// The part of the prediction the set scores read
+    /// ([`metrics::answer_clause`]); `None` when the golds are aliases.
+    pub answer_clause: Option<String>,
     /// The question's hops and template, when the dataset gives them.
     pub difficulty: Option<u32>,
     pub template: Option<String>,
@@ -171,6 +174,9 @@ fn scored(item: &QaItem, prediction: String) -> QuestionResult {
         set_precision: set.map(|s| s.precision),
         set_recall: set.map(|s| s.recall),
         set_f1: set.map(|s| s.f1),
+        answer_clause: item
+            .answer_is_set
+            .then(|| metrics::answer_clause(&prediction).to_string()),
         difficulty: item.difficulty,
         template: item.template.clone(),
         prediction,
