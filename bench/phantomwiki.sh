@@ -22,7 +22,14 @@
 # Env: SEED (1), SIZE (5k: 500, 5k or 50k), POLICIES, BACKENDS (tantivy dense hybrid),
 #      MAX_DIFFICULTY (3), AGGREGATION (0), LIMIT (all), MAX (512 generated tokens a question),
 #      SEEKER_BIN (default: the release build), OUT (target/bench-phantomwiki/seed{S}-{SIZE}),
-#      SERVER_ENV (more SEEKER_*=... settings for every server, e.g. a tuned top-k).
+#      SERVER_ENV (more SEEKER_*=... settings for every server, e.g. a tuned top-k),
+#      INSTRUCTION (text put before every question, `seeker eval --instruction`; none by default).
+#
+# The answers are sets, scored as PhantomWiki scores them (split on commas), after reading an
+# answer written as a sentence from its last clause (`seeker eval`; README "PhantomWiki").
+# Each policy keeps its own prompt: asking for "names only, separated by commas" before the
+# question (the paper's agents are asked so) made tool-search answer without searching
+# (0 of 6 questions searched), so no instruction is the default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +44,7 @@ MAX_DIFFICULTY=${MAX_DIFFICULTY:-3}
 AGGREGATION=${AGGREGATION:-0}
 LIMIT=${LIMIT:-}
 MAX=${MAX:-512}
+INSTRUCTION=${INSTRUCTION:-}
 UNIVERSE=data/phantomwiki/seed$SEED-$SIZE
 OUT=${OUT:-target/bench-phantomwiki/seed$SEED-$SIZE}
 mkdir -p "$OUT"
@@ -57,6 +65,7 @@ source bench/servers.sh
 filters=(--max-difficulty "$MAX_DIFFICULTY")
 [[ $AGGREGATION == 1 ]] || filters+=(--no-aggregation)
 [[ -z $LIMIT ]] || filters+=(--limit "$LIMIT")
+[[ -z $INSTRUCTION ]] || filters+=(--instruction "$INSTRUCTION")
 read -r -a server_env <<<"${SERVER_ENV:-}"
 
 for policy in $POLICIES; do

@@ -176,6 +176,12 @@ struct EvalArgs {
     /// Leave out aggregation questions ("How many …", `"aggregation": true`).
     #[arg(long)]
     no_aggregation: bool,
+    /// Text put before every question, after a space: an answer format, as a
+    /// user writes one (PhantomWiki's table asks for names separated by
+    /// commas, bench/phantomwiki.sh). With --retrieval-only it is searched
+    /// with the question, as a question search would.
+    #[arg(long, value_name = "TEXT")]
+    instruction: Option<String>,
     /// Keep only questions with a gold answer that occurs in a document of
     /// this corpus (JSONL; normalised as answer recall is): the questions a
     /// retriever can answer at all.
@@ -448,6 +454,7 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
         no_aggregation: args.no_aggregation,
         skip: args.skip,
         limit: args.limit,
+        instruction: args.instruction,
         out: args.out,
     };
     let target = if args.retrieval_only {

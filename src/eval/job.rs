@@ -33,6 +33,14 @@ pub struct Job {
     pub skip: usize,
     /// Only the first N questions (after the evidence filter and `skip`).
     pub limit: Option<usize>,
+    /// Text put before every question, after one space, as a user types an
+    /// answer format before a question (`--instruction`): what is asked, and
+    /// what a question search searches, is `"{instruction} {question}"`.
+    /// PhantomWiki's answers are sets, scored by splitting the answer on
+    /// commas, so its table asks for "names separated by commas" as the
+    /// paper's own prompts do (`phantom_eval/prompts.py`, zero-shot
+    /// instruction).
+    pub instruction: Option<String>,
     /// Per-question JSONL; the server run's summary goes next to it with
     /// `.summary.json`.
     pub out: Option<PathBuf>,
@@ -112,12 +120,27 @@ fn load_items(job: &Job) -> anyhow::Result<Vec<QaItem>> {
     if let Some(n) = job.limit {
         items.truncate(n);
     }
+    if let Some(instruction) = job.instruction.as_deref().map(str::trim) {
+        for item in &mut items {
+            item.question = instructed(instruction, &item.question);
+        }
+    }
     anyhow::ensure!(
         !items.is_empty(),
         "no questions to evaluate in {}",
         job.dataset.display()
     );
     Ok(items)
+}
+
+/// `question` as asked with `instruction` before it; the question alone
+/// when the instruction is empty.
+fn instructed(instruction: &str, question: &str) -> String {
+    if instruction.is_empty() {
+        question.to_string()
+    } else {
+        format!("{instruction} {question}")
+    }
 }
 
 /// The items with a gold answer in some document of `corpus`: each document
@@ -171,13 +194,14 @@ fn ask_server(job: &Job, config: EvalConfig, items: &[QaItem]) -> anyhow::Result
         (served, results)
     });
     bar.finish_and_clear();
-    let summary = Summary::new(
+    let mut summary = Summary::new(
         config,
         job.dataset.display().to_string(),
         served,
         &results,
         started.elapsed().as_secs_f64(),
     );
+    summary.instruction = job.instruction.clone().filter(|i| !i.trim().is_empty());
     print!("{}", summary.table());
     if let Some(out) = &job.out {
         let mut lines = String::new();
@@ -449,5 +473,35 @@ mod tests {
         assert_eq!(support_share(&support, &documents, 2), Some(1.0));
         assert_eq!(support_share(&[], &documents, 2), None);
         assert_eq!(recall_ranks(3), [1, 3]);
+    }
+
+    #[test]
+    fn an_instruction_goes_before_every_question_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let dataset = dir.path().join("q.jsonl");
+        std::fs::write(
+            &dataset,
+            "{\"question\": \"Who is the son of Aida Wang?\", \"answers\": [\"Ryan Wang\"]}\n",
+        )
+        .unwrap();
+        let job = |instruction: Option<&str>| Job {
+            dataset: dataset.clone(),
+            mode: FanoutMode::Questions,
+            evidence_in: None,
+            answer_in: None,
+            max_difficulty: None,
+            no_aggregation: false,
+            skip: 0,
+            limit: None,
+            instruction: instruction.map(String::from),
+            out: None,
+        };
+        let asked = |instruction| load_items(&job(instruction)).unwrap()[0].question.clone();
+        assert_eq!(
+            asked(Some(" Answer with names only. ")),
+            "Answer with names only. Who is the son of Aida Wang?"
+        );
+        assert_eq!(asked(None), "Who is the son of Aida Wang?");
+        assert_eq!(asked(Some("  ")), "Who is the son of Aida Wang?");
     }
 }

@@ -55,6 +55,9 @@ pub struct Group {
 pub struct Summary {
     pub config: EvalConfig,
     pub dataset: String,
+    /// The text put before every question (`--instruction`), when any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
     /// Model id the server reported.
     pub served_model: Option<String>,
     pub seeker_version: String,
@@ -179,6 +182,7 @@ impl Summary {
         Self {
             config,
             dataset,
+            instruction: None,
             served_model,
             seeker_version: env!("CARGO_PKG_VERSION").to_string(),
             questions: results.len(),

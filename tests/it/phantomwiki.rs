@@ -95,20 +95,27 @@ async fn a_generated_universe_is_indexed_served_and_scored_by_set_f1() {
         assert_eq!(line["em"].is_null(), several, "{line}");
     }
 
-    // Single-shot RAG: the question itself is searched, so what it finds
-    // depends on BM25 alone. Each question names one person, whose article
-    // holds the answer (PhantomWiki writes every relation into both people's
-    // articles), and BM25 ranks it in the top 3 for these three.
+    // Single-shot RAG, asked as bench/phantomwiki.sh asks: the answer format
+    // before the question. The question is searched with it, so what it
+    // finds depends on BM25 alone. Each question names one person, whose
+    // article holds the answer (PhantomWiki writes every relation into both
+    // people's articles), and BM25 ranks it in the top 3 for these three;
+    // the instruction's words are in no article, so it changes no rank.
+    let instruction = "Answer with names only, separated by commas.";
     let (_, rag, rag_lines) = eval(
         &server.base,
         &tmp.path().join("rag.jsonl"),
-        &["--policy", "rag"],
+        &["--policy", "rag", "--instruction", instruction],
     );
     assert_eq!(rag["completed"], 3, "{rag}");
     assert_eq!(rag["answer_recall"], 1.0, "{rag}");
     assert_eq!(rag["searched"], 0.0, "rag never searches by itself: {rag}");
+    assert_eq!(rag["instruction"], instruction, "{rag}");
     for line in &rag_lines {
         let transcript = line["transcript"].as_str().unwrap_or("");
         assert!(!transcript.contains("<search>"), "{line}");
+        let asked = line["question"].as_str().unwrap();
+        assert!(asked.starts_with(&format!("{instruction} ")), "{line}");
+        assert!(transcript.contains(asked), "{line}");
     }
 }
