@@ -114,8 +114,11 @@ async fn a_generated_universe_is_indexed_served_and_scored_by_set_f1() {
     for line in &rag_lines {
         let transcript = line["transcript"].as_str().unwrap_or("");
         assert!(!transcript.contains("<search>"), "{line}");
+        // What was asked: the instruction, then the question.
         let asked = line["question"].as_str().unwrap();
-        assert!(asked.starts_with(&format!("{instruction} ")), "{line}");
-        assert!(transcript.contains(asked), "{line}");
+        assert!(
+            asked.starts_with(&format!("{instruction} Who is ")),
+            "{line}"
+        );
     }
 }
