@@ -177,9 +177,9 @@ struct EvalArgs {
     #[arg(long)]
     no_aggregation: bool,
     /// Text put before every question, after a space: an answer format, as a
-    /// user writes one (PhantomWiki's table asks for names separated by
-    /// commas, bench/phantomwiki.sh). With --retrieval-only it is searched
-    /// with the question, as a question search would.
+    /// user writes one (PhantomWiki's agents are asked for names separated by
+    /// commas). With --retrieval-only it is searched with the question, as a
+    /// question search would.
     #[arg(long, value_name = "TEXT")]
     instruction: Option<String>,
     /// Keep only questions with a gold answer that occurs in a document of

@@ -35,11 +35,11 @@ pub struct Job {
     pub limit: Option<usize>,
     /// Text put before every question, after one space, as a user types an
     /// answer format before a question (`--instruction`): what is asked, and
-    /// what a question search searches, is `"{instruction} {question}"`.
-    /// PhantomWiki's answers are sets, scored by splitting the answer on
-    /// commas, so its table asks for "names separated by commas" as the
-    /// paper's own prompts do (`phantom_eval/prompts.py`, zero-shot
-    /// instruction).
+    /// what a question search searches, is `"{instruction} {question}"`; an
+    /// empty (or blank) instruction asks the bare question. PhantomWiki's
+    /// own agents are asked for "a list of names separated by ','"
+    /// (`phantom_eval/prompts.py`); bench/phantomwiki.sh asks bare questions
+    /// by default (bench/README "Asking for the answer format").
     pub instruction: Option<String>,
     /// Per-question JSONL; the server run's summary goes next to it with
     /// `.summary.json`.

@@ -95,8 +95,8 @@ async fn a_generated_universe_is_indexed_served_and_scored_by_set_f1() {
         assert_eq!(line["em"].is_null(), several, "{line}");
     }
 
-    // Single-shot RAG, asked as bench/phantomwiki.sh asks: the answer format
-    // before the question. The question is searched with it, so what it
+    // Single-shot RAG, asked with an answer format before the question
+    // (`--instruction`). The question is searched with it, so what it
     // finds depends on BM25 alone. Each question names one person, whose
     // article holds the answer (PhantomWiki writes every relation into both
     // people's articles), and BM25 ranks it in the top 3 for these three;
