@@ -66,8 +66,9 @@
 //!   (`/search`, `/batch_search`) and `r1searcher` (`/queries`), `clean`
 //!   (snippet clean-up), `setup` (from config).
 //! - [`pages`]: page actions: `guard` (what may be fetched: schemes, hosts,
-//!   every resolved address) and `reader` (fetch, readable text, cache; corpus
-//!   documents by id or title).
+//!   every resolved address), `reader` (fetch, cache; corpus documents by id
+//!   or title), `extract` (readable text of HTML) and `shape` (a page's depth
+//!   and size before parsing; flat text of one too deep to parse).
 //! - [`metrics`]: every Prometheus metric, one registry per server.
 //! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags),
 //!   one file per section (`server`, `model`, `search`, `pages`, `policy`),

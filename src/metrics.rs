@@ -76,6 +76,14 @@ pub struct Metrics {
     pub page_fetch_duration: Histogram,
     /// `seeker_page_bytes_total`: bytes of readable text returned by opened pages.
     pub page_bytes: IntCounter,
+    /// `seeker_page_extractions_running`: HTML pages being turned into text
+    /// now, on blocking threads (at most `pages.extract_concurrency`); an
+    /// extraction keeps running after its page's deadline has passed.
+    pub page_extractions_running: IntGauge,
+    /// `seeker_page_flattened_total`: HTML pages too deep or too large to
+    /// parse whose text was read without their structure
+    /// ([`crate::pages::shape`]).
+    pub page_flattened: IntCounter,
     /// `seeker_client_disconnects_total{phase}`: requests whose client left
     /// before the response was finished.
     pub client_disconnects: IntCounterVec,
@@ -254,6 +262,15 @@ impl Metrics {
                 "seeker_page_bytes_total",
                 "Bytes of readable text returned by opened pages.",
             ),
+            page_extractions_running: IntGauge::new(
+                "seeker_page_extractions_running",
+                "HTML pages being turned into text now (blocking threads).",
+            )
+            .expect("valid gauge"),
+            page_flattened: counter(
+                "seeker_page_flattened_total",
+                "HTML pages too deep or too large to parse, read as flat text.",
+            ),
             client_disconnects: counter_vec(
                 "seeker_client_disconnects_total",
                 "Requests whose client left before the response finished, by phase.",
@@ -344,6 +361,8 @@ impl Metrics {
             Box::new(m.page_fetches.clone()),
             Box::new(m.page_fetch_duration.clone()),
             Box::new(m.page_bytes.clone()),
+            Box::new(m.page_extractions_running.clone()),
+            Box::new(m.page_flattened.clone()),
             Box::new(m.client_disconnects.clone()),
             Box::new(m.request_timeouts.clone()),
             Box::new(m.prompt_tokens_cached.clone()),

@@ -22,6 +22,8 @@ pub struct PagesConfig {
     pub max_redirects: usize,
     /// Fetches in flight across all requests.
     pub concurrency: usize,
+    /// HTML pages turned into text at once (blocking threads); the others wait.
+    pub extract_concurrency: usize,
     /// Fetches started per second per host; 0 = no limit.
     pub host_requests_per_second: u32,
     /// Fetches started per second in all; 0 = no limit.
@@ -30,6 +32,9 @@ pub struct PagesConfig {
     pub cache_ttl_s: u64,
     /// Bytes the page cache holds.
     pub cache_max_bytes: u64,
+    /// Seconds a failed page is answered with its failure without a new
+    /// fetch; 0 = never.
+    pub failure_ttl_s: u64,
     /// Only these hosts when non-empty: `example.org` or `*.example.org`.
     pub allow_hosts: Vec<String>,
     /// Never these hosts (same forms).
@@ -49,10 +54,12 @@ impl Default for PagesConfig {
             max_bytes: d.max_bytes,
             max_redirects: d.max_redirects,
             concurrency: d.concurrency,
+            extract_concurrency: d.extract_concurrency,
             host_requests_per_second: d.host_requests_per_second,
             requests_per_second: d.requests_per_second,
             cache_ttl_s: d.cache_ttl.as_secs(),
             cache_max_bytes: d.cache_max_bytes,
+            failure_ttl_s: d.failure_ttl.as_secs(),
             allow_hosts: Vec::new(),
             deny_hosts: Vec::new(),
             allow_networks: Vec::new(),
@@ -112,10 +119,12 @@ impl PagesConfig {
             max_bytes: self.max_bytes,
             max_redirects: self.max_redirects,
             concurrency: self.concurrency.max(1),
+            extract_concurrency: self.extract_concurrency.max(1),
             host_requests_per_second: self.host_requests_per_second,
             requests_per_second: self.requests_per_second,
             cache_ttl: std::time::Duration::from_secs(self.cache_ttl_s),
             cache_max_bytes: self.cache_max_bytes,
+            failure_ttl: std::time::Duration::from_secs(self.failure_ttl_s),
             policy: crate::pages::UrlPolicy {
                 allow_hosts: hosts("allow_hosts", &self.allow_hosts)?,
                 deny_hosts: hosts("deny_hosts", &self.deny_hosts)?,

@@ -5,10 +5,11 @@
 //! followed here (at most `max_redirects`), each target checked again; the
 //! body is read up to `max_bytes` (the rest is never read, so a huge or
 //! never-ending body costs at most that); the whole fetch has a deadline.
-//! HTML becomes text with `dom_smoothie` (a port of Mozilla's Readability:
-//! the article, not menus and footers), falling back to `html2text` for pages
-//! Readability finds no article in; `text/plain` is kept as is; PDF and other
-//! types are refused with a clear reason. Fetches are limited globally
+//! HTML becomes text in [`super::extract`] (Readability's article, a page too
+//! deep to parse as flat text), on a blocking thread, at most
+//! `extract_concurrency` at once; `text/plain` is kept as is; PDF and other
+//! types are refused with a clear reason. A failed page answers with its
+//! failure for `failure_ttl` without a new fetch. Fetches are limited globally
 //! (`concurrency` in flight, `requests_per_second` started) and per host
 //! (`host_requests_per_second`), and cached by
 //! URL (TTL, bounded in bytes, concurrent misses of one URL fetched once).
@@ -49,6 +50,10 @@ pub struct PageSettings {
     pub max_redirects: usize,
     /// Fetches in flight across all requests (default 8).
     pub concurrency: usize,
+    /// HTML extractions running at once (default 2). An extraction holds its
+    /// slot until it ends, also after its page's deadline has passed, so
+    /// slow pages queue rather than pile up on the blocking threads.
+    pub extract_concurrency: usize,
     /// Fetches started per second per host; 0 for no limit (default 2).
     pub host_requests_per_second: u32,
     /// Fetches started per second in all; 0 for no limit (default 20).
@@ -57,6 +62,9 @@ pub struct PageSettings {
     pub cache_ttl: Duration,
     /// Bytes the page cache holds at most (default 64 MiB).
     pub cache_max_bytes: u64,
+    /// How long a failed web page answers with its failure without a new
+    /// fetch (default 30 s); zero disables it.
+    pub failure_ttl: Duration,
     /// Sent as `User-Agent`.
     pub user_agent: String,
     /// Hosts and networks (see [`UrlPolicy`]).
@@ -72,10 +80,12 @@ impl Default for PageSettings {
             max_bytes: 2 * 1024 * 1024,
             max_redirects: 5,
             concurrency: 8,
+            extract_concurrency: 2,
             host_requests_per_second: 2,
             requests_per_second: 20,
             cache_ttl: Duration::from_secs(600),
             cache_max_bytes: 64 * 1024 * 1024,
+            failure_ttl: Duration::from_secs(30),
             user_agent: concat!("seeker/", env!("CARGO_PKG_VERSION"), " (page reader)").into(),
             policy: UrlPolicy::default(),
         }
@@ -149,9 +159,11 @@ pub struct PageReader {
     policy: Arc<UrlPolicy>,
     client: reqwest::Client,
     slots: Semaphore,
+    extractions: Arc<Semaphore>,
     host_rate: Option<DefaultKeyedRateLimiter<String>>,
     rate: Option<DefaultDirectRateLimiter>,
     cache: Option<moka::future::Cache<String, Arc<Page>>>,
+    failures: Option<moka::future::Cache<String, PageError>>,
     corpus: Option<(String, Arc<Bm25Index>)>,
     metrics: Arc<Metrics>,
 }
@@ -210,8 +222,16 @@ impl PageReader {
                 .time_to_live(settings.cache_ttl)
                 .build()
         });
+        let failures = (!settings.failure_ttl.is_zero()).then(|| {
+            moka::future::Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(settings.failure_ttl)
+                .build()
+        });
         Ok(Self {
             slots: Semaphore::new(settings.concurrency.max(1)),
+            extractions: Arc::new(Semaphore::new(settings.extract_concurrency.max(1))),
+            failures,
             settings,
             policy,
             client,
@@ -286,16 +306,22 @@ impl PageReader {
             return Err(PageError::Disabled);
         }
         let key = url.to_string();
+        if let Some(failure) = match &self.failures {
+            Some(failures) => failures.get(&key).await,
+            None => None,
+        } {
+            return Err(failure);
+        }
         let fetch = async {
             tokio::time::timeout(self.settings.timeout, self.fetch(url))
                 .await
                 .unwrap_or(Err(PageError::Timeout(self.settings.timeout)))
                 .map(Arc::new)
         };
-        match &self.cache {
+        let result = match &self.cache {
             None => fetch.await.map(|p| (p.as_ref().clone(), false)),
             Some(cache) => cache
-                .entry(key)
+                .entry(key.clone())
                 .or_try_insert_with(fetch)
                 .await
                 .map(|e| {
@@ -303,7 +329,13 @@ impl PageReader {
                     (e.into_value().as_ref().clone(), cached)
                 })
                 .map_err(|e| e.as_ref().clone()),
+        };
+        // A page that failed is not fetched again for a while: a hostile
+        // page a model keeps asking for costs one fetch, not one a call.
+        if let (Err(e), Some(failures)) = (&result, &self.failures) {
+            failures.insert(key, e.clone()).await;
         }
+        result
     }
 
     async fn open_document(&self, target: &str) -> Result<Page, PageError> {
@@ -405,14 +437,29 @@ impl PageReader {
         let final_url = response.url().to_string();
         let (body, truncated) =
             read_capped(response, self.settings.max_bytes, self.settings.timeout).await?;
+        // The slot is held by the blocking work itself: when the deadline
+        // drops this future, the extraction still counts until it ends.
+        let slot = Arc::clone(&self.extractions)
+            .acquire_owned()
+            .await
+            .map_err(|_| PageError::Connection("reader closed".into()))?;
+        let running = Running::start(self.metrics.page_extractions_running.clone());
+        let flattened = self.metrics.page_flattened.clone();
         let (title, text) = tokio::task::spawn_blocking(move || {
+            let _held = (slot, running);
             let body = String::from_utf8_lossy(&body);
             match kind {
                 // Without a type, markup is still read as HTML.
                 Kind::Plain if !body.trim_start().starts_with('<') => {
                     (String::new(), body.trim().to_string())
                 }
-                _ => html_to_text(&body, ""),
+                _ => {
+                    let (title, text, flat) = super::extract::extract(&body, "");
+                    if flat {
+                        flattened.inc();
+                    }
+                    (title, text)
+                }
             }
         })
         .await
@@ -442,43 +489,21 @@ fn clean_target(target: &str) -> &str {
         .trim()
 }
 
-/// The title and readable text of an HTML page: Readability's article, or
-/// the whole page as text when Readability finds none.
-pub fn html_to_text(html: &str, url: &str) -> (String, String) {
-    let config = dom_smoothie::Config {
-        text_mode: dom_smoothie::TextMode::Formatted,
-        ..Default::default()
-    };
-    let base = (!url.is_empty()).then_some(url);
-    if let Ok(mut readability) = dom_smoothie::Readability::new(html, base, Some(config)) {
-        if let Ok(article) = readability.parse() {
-            let text = tidy_text(&article.text_content);
-            if !text.is_empty() {
-                return (article.title.trim().to_string(), text);
-            }
-        }
+/// Counts one running extraction in a gauge while it lives (a panic
+/// included).
+struct Running(prometheus::IntGauge);
+
+impl Running {
+    fn start(gauge: prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
     }
-    let text = html2text::from_read(html.as_bytes(), 100_000).unwrap_or_default();
-    (String::new(), tidy_text(&text))
 }
 
-/// Trailing spaces removed, runs of blank lines made one, trimmed.
-fn tidy_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut blank = 0;
-    for line in text.lines() {
-        let line = line.trim_end();
-        if line.trim().is_empty() {
-            blank += 1;
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(if blank > 0 { "\n\n" } else { "\n" });
-        }
-        blank = 0;
-        out.push_str(line);
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.dec();
     }
-    out
 }
 
 /// Reads at most `cap` bytes of the body; whether it was cut.
@@ -531,33 +556,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn readability_keeps_the_article_and_drops_the_menu() {
-        let html = r#"<html><head><title>Taj Mahal - Wiki</title></head><body>
-            <nav><ul><li><a href="/">Home</a></li><li><a href="/x">Menu item</a></li></ul></nav>
-            <article><h1>Taj Mahal</h1>
-            <p>The Taj Mahal is an ivory-white marble mausoleum on the right bank of the river
-            Yamuna in Agra, India. It was commissioned in 1631 by the fifth Mughal emperor,
-            Shah Jahan, to house the tomb of his beloved wife, Mumtaz Mahal.</p>
-            <p>Construction of the mausoleum was essentially completed in 1643, but work
-            continued on other phases of the project for another ten years.</p></article>
-            <footer>Copyright footer text</footer></body></html>"#;
-        let (title, text) = html_to_text(html, "");
-        assert!(title.contains("Taj Mahal"), "{title}");
-        assert!(text.contains("commissioned in 1631"), "{text}");
-        assert!(text.contains("completed in 1643"), "{text}");
-        assert!(!text.contains("Menu item"), "{text}");
-        assert!(!text.contains("Copyright footer"), "{text}");
-    }
-
-    #[test]
     fn targets_lose_quotes_and_brackets() {
         assert_eq!(clean_target("  \"https://a.org/x\" "), "https://a.org/x");
         assert_eq!(clean_target("<https://a.org/x>"), "https://a.org/x");
         assert_eq!(clean_target("Taj Mahal"), "Taj Mahal");
-    }
-
-    #[test]
-    fn tidy_text_collapses_blank_lines() {
-        assert_eq!(tidy_text("a  \n\n\n\nb\nc\n\n"), "a\n\nb\nc");
     }
 }

@@ -132,6 +132,26 @@ pub async fn page_server() -> PageServer {
                 "late"
             }),
         )
+        // Pages built to exhaust the extractors (issue 48): 40,000 nested
+        // spans overflowed a blocking thread's stack and aborted the
+        // process; 2,000 nested divs took 47 s; 110 KB of nesting hours.
+        .route(
+            "/crash",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html")],
+                    nested("span", 40_000),
+                )
+            }),
+        )
+        .route(
+            "/divs",
+            get(|| async { ([(header::CONTENT_TYPE, "text/html")], nested("div", 2_000)) }),
+        )
+        .route(
+            "/nested/{n}",
+            get(|| async { ([(header::CONTENT_TYPE, "text/html")], nested("div", 22_000)) }),
+        )
         .route(
             "/pdf",
             get(|| async { ([(header::CONTENT_TYPE, "application/pdf")], "%PDF-1.4") }),
@@ -155,6 +175,12 @@ pub async fn page_server() -> PageServer {
         ));
     tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
     PageServer { port, hits }
+}
+
+/// A page of `depth` nested, unclosed `tag` elements around the word
+/// "innermost".
+pub fn nested(tag: &str, depth: usize) -> String {
+    format!("<html><body>{}innermost", format!("<{tag}>").repeat(depth))
 }
 
 /// A resolver with fixed answers; `flip.test` answers 127.0.0.2 the first
@@ -202,6 +228,7 @@ pub fn settings() -> PageSettings {
         timeout: Duration::from_secs(1),
         max_bytes: 64 * 1024,
         cache_ttl: Duration::ZERO,
+        failure_ttl: Duration::ZERO,
         host_requests_per_second: 0,
         policy: UrlPolicy {
             allow_networks: vec!["127.0.0.2/32".parse().unwrap()],
@@ -344,6 +371,52 @@ async fn huge_and_endless_bodies_are_cut_at_the_byte_cap() {
         assert!(page.truncated, "{path}");
         assert_eq!(page.text.len(), 64 * 1024, "{path}");
     }
+}
+
+#[tokio::test]
+async fn pages_too_deep_to_parse_are_read_flat_and_free_their_workers() {
+    let server = page_server().await;
+    let (reader, metrics) = reader(PageSettings {
+        max_bytes: 2 * 1024 * 1024,
+        timeout: Duration::from_secs(10),
+        ..settings()
+    });
+    for path in ["/crash", "/divs", "/nested/1"] {
+        let page = reader.open(&server.url(path)).await.unwrap();
+        assert!(!page.truncated, "{path}");
+        // Every word is kept; the structure (and a title) is not.
+        assert_eq!(page.text, "innermost", "{path}");
+    }
+    assert_eq!(metrics.page_flattened.get(), 3);
+    assert_eq!(metrics.page_extractions_running.get(), 0);
+    // An ordinary page is still read as its article.
+    let page = reader.open(&server.url("/article")).await.unwrap();
+    assert_eq!(page.title, "Taj Mahal");
+    assert_eq!(metrics.page_flattened.get(), 3);
+}
+
+#[tokio::test]
+async fn a_failed_page_is_not_fetched_again_while_its_failure_is_remembered() {
+    let server = page_server().await;
+    let (remembering, metrics) = reader(PageSettings {
+        failure_ttl: Duration::from_secs(30),
+        ..settings()
+    });
+    for _ in 0..3 {
+        let e = remembering.open(&server.url("/error")).await.unwrap_err();
+        assert_eq!(e, PageError::Status(500));
+    }
+    assert_eq!(server.hits("/error"), 1);
+    // Still counted as what they are.
+    assert!(metrics
+        .render()
+        .contains("seeker_page_fetches_total{outcome=\"http_status\"} 3"));
+    // failure_ttl 0: every call fetches again.
+    let (forgetting, _) = reader(settings());
+    for _ in 0..2 {
+        forgetting.open(&server.url("/error")).await.unwrap_err();
+    }
+    assert_eq!(server.hits("/error"), 3);
 }
 
 #[tokio::test]
@@ -764,6 +837,130 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
     };
     assert!(count("refused") >= 1, "{metrics}");
     assert!(count("ok") >= 1, "{metrics}");
+}
+
+/// Pages built to exhaust the extractors, opened through the real binary
+/// (the small model, web pages on for the local page server, a 3 s page
+/// deadline, no per-host rate): the crash page (40,000 nested spans, which aborted the process)
+/// by ASearcher's `<access>`, the 2,000-div page beside a Tongyi `visit` of
+/// ten 110 KB nested pages. The server answers `/health` within 1 s all the
+/// while, every page is read (as flat text), and when the requests are done
+/// no extraction is still running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_pages_neither_crash_nor_starve_the_real_server() {
+    let pages = page_server().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let config = std::fs::read_to_string(crate::common::root().join("config/seeker.toml"))
+        .unwrap()
+        .replace("\nweb = false\n", "\nweb = true\n")
+        .replace("\ntimeout_ms = 10000\n", "\ntimeout_ms = 3000\n")
+        // All eleven pages are on one host: no politeness wait.
+        .replace(
+            "\nhost_requests_per_second = 2\n",
+            "\nhost_requests_per_second = 0\n",
+        )
+        .replace("allow_networks = []", "allow_networks = [\"127.0.0.2/32\"]");
+    assert!(config.contains("127.0.0.2/32") && config.contains("\ntimeout_ms = 3000\n"));
+    assert!(config.contains("\nhost_requests_per_second = 0\n"));
+    let config_path = tmp.path().join("seeker.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let server = crate::e2e::start_server_args(
+        crate::e2e::shared_index(),
+        &[],
+        &["--config", config_path.to_str().unwrap()],
+    );
+    let client = reqwest::Client::new();
+    crate::e2e::wait_healthy(&client, &server.base).await;
+    let url = format!("{}/v1/chat/completions", server.base);
+    let continued = |policy: &str, assistant: String| {
+        serde_json::json!({
+            "policy": policy,
+            "messages": [
+                {"role": "user", "content": "What does the page say"},
+                {"role": "assistant", "content": assistant},
+            ],
+            "continue_final_message": true,
+            "max_tokens": 1,
+            "temperature": 0,
+            "return_transcript": true,
+        })
+    };
+    let access = |path: &str| {
+        continued(
+            "asearcher",
+            format!(
+                "I will read it.</think>\n<access> {} </access>",
+                pages.url(path)
+            ),
+        )
+    };
+    let transcript_of = |reply: &serde_json::Value| {
+        reply["seeker"]["transcript"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{reply}"))
+            .to_string()
+    };
+
+    // The crash page: read, and the process is still there.
+    let crashed = crate::common::post_json(&client, &url, &access("/crash")).await;
+    assert!(transcript_of(&crashed).contains("innermost"), "{crashed}");
+
+    // The slow pages together, /health polled meanwhile.
+    let urls: Vec<String> = (0..10)
+        .map(|i| pages.url(&format!("/nested/{i}")))
+        .collect();
+    let visit = continued(
+        "tongyi-deepresearch",
+        format!(
+            "<tool_call>\n{{\"name\": \"visit\", \"arguments\": {{\"url\": {}, \"goal\": \"what it says\"}}}}\n</tool_call>",
+            serde_json::to_string(&urls).unwrap()
+        ),
+    );
+    let (divs, visited) = {
+        let divs_body = access("/divs");
+        let divs = crate::common::post_json(&client, &url, &divs_body);
+        let visited = crate::common::post_json(&client, &url, &visit);
+        let health = async {
+            let mut slowest = Duration::ZERO;
+            for _ in 0..10 {
+                let started = std::time::Instant::now();
+                let response = tokio::time::timeout(
+                    Duration::from_secs(5),
+                    client.get(format!("{}/health", server.base)).send(),
+                )
+                .await
+                .expect("/health answers")
+                .unwrap();
+                assert_eq!(response.status(), 200);
+                slowest = slowest.max(started.elapsed());
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            slowest
+        };
+        let (divs, visited, slowest) = tokio::join!(divs, visited, health);
+        assert!(slowest < Duration::from_secs(1), "/health took {slowest:?}");
+        (divs, visited)
+    };
+    assert!(transcript_of(&divs).contains("innermost"), "{divs}");
+    let transcript = transcript_of(&visited);
+    for page in &urls {
+        let read = format!("The useful information in {page} for user goal what it says as follows: \n\nEvidence in page: \ninnermost");
+        assert!(transcript.contains(&read), "{page}: {transcript}");
+    }
+
+    // Nothing is left running, and every page was read flat.
+    let metrics = crate::common::metrics_of(&client, &server.base).await;
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {name}: {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(value("seeker_page_extractions_running"), 0.0);
+    assert_eq!(value("seeker_page_flattened_total"), 12.0);
+    assert_eq!(value("seeker_page_fetches_total{outcome=\"ok\"}"), 12.0);
 }
 
 #[tokio::test]
