@@ -13,6 +13,7 @@
 pub mod bm25;
 pub mod clean;
 pub mod dense;
+mod dense_build;
 pub mod dispatch;
 pub mod embed;
 pub mod flashrag;

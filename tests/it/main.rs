@@ -27,6 +27,8 @@
 //!   `max_tokens`, through the real binary.
 //! - `startup`: the real binary started, loaded, and stopped by signals while
 //!   requests arrive; `seeker index` and `seeker eval` stopped by signals.
+//! - `interrupted`: `seeker index` (BM25 and dense) killed with SIGKILL at
+//!   random instants; the old or the new index is always served.
 //! - `faults`: faults found by attacking the running server, through the real
 //!   binary and model.
 //! - `e2e`: the real binary, the real small GGUF (SmolLM2) and the default
@@ -48,6 +50,7 @@ mod dense;
 mod e2e;
 mod faults;
 mod http;
+mod interrupted;
 mod mcp;
 mod ops;
 mod pages;

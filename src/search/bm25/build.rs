@@ -1,6 +1,8 @@
 //! Building the BM25 index from a JSONL corpus (`{"id", "title", "text",
 //! "url"?}` per line), atomically: written beside the target and moved into
-//! place, with a manifest of what it was built from.
+//! place with renames a kill cannot interrupt harmfully
+//! ([`crate::tempfiles::Replacement`]), with a manifest of what it was built
+//! from, written last.
 //!
 //! Seam: `seeker index` and the tests call [`build_index`]; the schema and
 //! manifest are the parent module's ([`super::Bm25Index`] opens the result).
@@ -14,6 +16,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tantivy::{Index, TantivyDocument};
 
+use crate::tempfiles::Replacement;
+
 use super::{schema, IndexError, IndexStats, Manifest, INDEX_FORMAT, MANIFEST_FILE};
 
 #[derive(Deserialize)]
@@ -25,53 +29,59 @@ struct CorpusRecord {
     url: Option<String>,
 }
 
-/// Where [`build_index`] writes: whether `index_dir` holds an index to
-/// replace, its absolute path, and the fresh temporary directory beside it.
+/// Where [`build_index`] writes: how the target is replaced, and the fresh
+/// temporary directory beside it.
 struct Target {
-    replaces_index: bool,
-    absolute: PathBuf,
+    replacement: Replacement,
     tmp: PathBuf,
 }
 
-/// Checks `index_dir` (missing, empty, or a seeker index), removes what
-/// earlier interrupted builds left beside it and creates the temporary
-/// directory the build writes (same file system, so the final rename is
-/// atomic; named after the target).
+/// How `index_dir` is replaced: builds in `.{name}.tmp-{pid}` beside it, the
+/// old index moved aside to `.{name}.old-{pid}` while the new one is renamed
+/// in. `None` for a path without a final component.
+pub(crate) fn replacement(index_dir: &Path) -> Option<Replacement> {
+    let absolute = std::path::absolute(index_dir).ok()?;
+    let name = absolute.file_name()?.to_string_lossy().into_owned();
+    Some(Replacement {
+        target: absolute,
+        tmp: format!(".{name}.tmp-"),
+        aside: format!(".{name}.old-"),
+    })
+}
+
+/// Whether `dir` holds a finished BM25 index (its manifest is written last).
+pub(crate) fn is_index(dir: &Path) -> bool {
+    dir.join(MANIFEST_FILE).is_file()
+}
+
+/// Adopts what an interrupted replacement of `index_dir` left (a finished
+/// build, else the old index moved aside), removes what else stopped builds
+/// left beside it, checks `index_dir` (missing, empty, or a seeker index)
+/// and creates the temporary directory the build writes (same file system,
+/// so the final renames are atomic).
 ///
 /// # Errors
 /// [`IndexError::NotAnIndex`] for a directory with other files in it; I/O.
 fn build_target(index_dir: &Path) -> Result<Target, IndexError> {
-    let replaces_index = match std::fs::read_dir(index_dir) {
+    let replacement =
+        replacement(index_dir).ok_or_else(|| IndexError::NotAnIndex(index_dir.to_path_buf()))?;
+    replacement.clean(&is_index).map_err(io(index_dir))?;
+    match std::fs::read_dir(index_dir) {
         Ok(mut entries) => {
-            if index_dir.join(MANIFEST_FILE).is_file() {
-                true
-            } else if entries.next().is_none() {
-                false
-            } else {
+            if !is_index(index_dir) && entries.next().is_some() {
                 return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) if index_dir.exists() => return Err(io(index_dir)(e)),
-        Err(_) => false,
-    };
-    let absolute = std::path::absolute(index_dir).map_err(io(index_dir))?;
-    let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
-        return Err(IndexError::NotAnIndex(index_dir.to_path_buf()));
-    };
-    let tmp_prefix = format!(".{}.tmp-", name.to_string_lossy());
-    // What an earlier build stopped by a signal (or killed) left behind.
-    crate::tempfiles::remove_stale(parent, &tmp_prefix);
-    let tmp = parent.join(format!("{tmp_prefix}{}", std::process::id()));
+        Err(_) => {}
+    }
+    let tmp = replacement.tmp_path();
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
     }
     std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    Ok(Target {
-        replaces_index,
-        absolute,
-        tmp,
-    })
+    Ok(Target { replacement, tmp })
 }
 
 /// Builds a BM25 index of the JSONL `corpus` into `index_dir`, merged into one
@@ -91,11 +101,7 @@ pub fn build_index(
 ) -> Result<IndexStats, IndexError> {
     let started = Instant::now();
     let file = File::open(corpus).map_err(io(corpus))?;
-    let Target {
-        replaces_index,
-        absolute,
-        tmp,
-    } = build_target(index_dir)?;
+    let Target { replacement, tmp } = build_target(index_dir)?;
 
     let (schema, f) = schema();
     let index = Index::create_in_dir(&tmp, schema)?;
@@ -156,13 +162,10 @@ pub fn build_index(
     let manifest_path = tmp.join(MANIFEST_FILE);
     let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
     std::fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
-    if replaces_index {
-        std::fs::remove_dir_all(index_dir).map_err(io(index_dir))?;
-    } else if index_dir.exists() {
-        // Empty (checked above).
-        std::fs::remove_dir(index_dir).map_err(io(index_dir))?;
-    }
-    std::fs::rename(&tmp, &absolute).map_err(io(index_dir))?;
+    // The old index (or an empty directory, checked above) is moved aside,
+    // the new one renamed in, the old one removed: killed at any point, the
+    // old or the new index is served (`Replacement::recover`).
+    replacement.replace().map_err(io(index_dir))?;
     Ok(IndexStats {
         documents,
         bytes,

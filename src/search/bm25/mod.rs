@@ -138,12 +138,22 @@ impl std::fmt::Debug for Bm25Index {
 }
 
 impl Bm25Index {
-    /// Opens the index in `dir` (built by [`build_index`]).
+    /// Opens the index in `dir` (built by [`build_index`]). Where `dir` is
+    /// missing because a build was killed while replacing it, the finished
+    /// build (else the old index) it left beside `dir` is renamed in first.
     ///
     /// # Errors
     /// [`IndexError::Missing`] when `dir` holds no seeker index (the message says
     /// how to build one); tantivy errors for a damaged index.
     pub fn open(dir: &Path) -> Result<Self, IndexError> {
+        if !dir.exists() {
+            // A `seeker index` killed mid-replacement: serve what it left.
+            if let Some(replacement) = build::replacement(dir) {
+                if let Err(e) = replacement.recover(&build::is_index) {
+                    tracing::warn!(index = %dir.display(), error = %e, "could not adopt an interrupted build");
+                }
+            }
+        }
         let manifest_path = dir.join(MANIFEST_FILE);
         let manifest: Manifest = match std::fs::read(&manifest_path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| IndexError::Missing {
