@@ -28,7 +28,8 @@
 //!   and options, `types` its wire types, `render` its output and events), `mcp` (the MCP
 //!   server), `citations` (`url_citation`s of an answer), `observe`
 //!   (per-request metrics from a rollout's events), `headers` (security
-//!   headers); `state`, `error`, `openai` (wire types: `request` what a
+//!   headers), `hosts` (the `Host` and `Origin` check of every route);
+//!   `state`, `error`, `openai` (wire types: `request` what a
 //!   client sends, `response` the completion and its chunks), `api_doc`
 //!   (OpenAPI).
 //! - [`rollout`]: the search loop of one request: `prompt` (the first

@@ -35,8 +35,8 @@ pub struct Metrics {
     pub http_request_duration: HistogramVec,
     /// `seeker_requests_in_flight`: requests whose response has not finished.
     pub requests_in_flight: IntGauge,
-    /// `seeker_requests_rejected_total{reason}`: `overloaded` (429) or
-    /// `unauthorized` (401).
+    /// `seeker_requests_rejected_total{reason}`: `overloaded` (429),
+    /// `unauthorized` (401), `host` or `origin` (403, `server::hosts`).
     pub requests_rejected: IntCounterVec,
     /// `seeker_time_to_first_token_seconds`: from the request to the first
     /// generated text (reasoning or answer), question search included.

@@ -60,6 +60,13 @@ pub struct ServerConfig {
     /// clients use when the server is reached from elsewhere; `["*"]`
     /// allows any host.
     pub mcp_allowed_hosts: Vec<String>,
+    /// Host names every route answers to (the `Host` header, port ignored);
+    /// others get a 403 `host_not_allowed`, against DNS rebinding. Empty
+    /// (the default): the loopback names and the bound address when `host`
+    /// is a loopback address, any name otherwise. `["*"]` allows any host.
+    /// A browser request whose `Origin` is neither the server's own nor in
+    /// `cors_origins` gets a 403 `origin_not_allowed` on every route.
+    pub allowed_hosts: Vec<String>,
     /// Send `Content-Security-Policy`, `X-Content-Type-Options: nosniff`,
     /// `X-Frame-Options: DENY` and `Referrer-Policy: no-referrer` on every
     /// response (default true; the policies are in `server::headers`). Turn
@@ -86,6 +93,7 @@ impl Default for ServerConfig {
             max_connections: 1024,
             shutdown_grace_s: 30,
             mcp_allowed_hosts: vec!["localhost".into(), "127.0.0.1".into(), "::1".into()],
+            allowed_hosts: Vec::new(),
             security_headers: true,
         }
     }
@@ -114,7 +122,7 @@ impl ServerConfig {
     }
 
     /// Checks what the types cannot, in this order: the body cap, the load
-    /// limits (at most [`MAX_LIMIT`]), the `/mcp` host names, the CORS
+    /// limits (at most [`MAX_LIMIT`]), the host names, the CORS
     /// origins.
     ///
     /// # Errors
@@ -137,13 +145,18 @@ impl ServerConfig {
                 )));
             }
         }
-        for host in &self.mcp_allowed_hosts {
-            let bare = host.trim_matches(|c| c == '[' || c == ']');
-            if bare.is_empty() || bare.contains(|c: char| c.is_whitespace() || c == '/') {
-                return Err(ConfigError::Invalid(format!(
-                    "server.mcp_allowed_hosts: {host:?} is not a host name \
-                     (a name or address without scheme or port, or \"*\")"
-                )));
+        for (key, hosts) in [
+            ("mcp_allowed_hosts", &self.mcp_allowed_hosts),
+            ("allowed_hosts", &self.allowed_hosts),
+        ] {
+            for host in hosts {
+                let bare = host.trim_matches(|c| c == '[' || c == ']');
+                if bare.is_empty() || bare.contains(|c: char| c.is_whitespace() || c == '/') {
+                    return Err(ConfigError::Invalid(format!(
+                        "server.{key}: {host:?} is not a host name \
+                         (a name or address without scheme or port, or \"*\")"
+                    )));
+                }
             }
         }
         for origin in &self.cors_origins {

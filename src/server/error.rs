@@ -68,6 +68,7 @@ error_codes! {
     UnsupportedMediaType => ("unsupported_media_type", UNSUPPORTED_MEDIA_TYPE, "invalid_request_error");
     Unauthorized => ("invalid_api_key", UNAUTHORIZED, "invalid_request_error");
     HostNotAllowed => ("host_not_allowed", FORBIDDEN, "invalid_request_error");
+    OriginNotAllowed => ("origin_not_allowed", FORBIDDEN, "invalid_request_error");
     NotAcceptable => ("not_acceptable", NOT_ACCEPTABLE, "invalid_request_error");
     InvalidMcpRequest => ("invalid_mcp_request", BAD_REQUEST, "invalid_request_error");
     Overloaded => ("rate_limit_exceeded", TOO_MANY_REQUESTS, "requests");

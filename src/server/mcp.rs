@@ -66,13 +66,10 @@ pub(crate) async fn guard(
     next: Next,
 ) -> Response {
     // HTTP/1.1 names the host in `Host`; HTTP/2 in `:authority`, which
-    // hyper puts in the URI.
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| request.uri().authority().map(|a| a.as_str()))
-        .map(host_name)
+    // hyper puts in the URI. /mcp wants one (every route checks it against
+    // server.allowed_hosts when there is one; /mcp's list is its own).
+    let host = super::hosts::host_of(&request)
+        .map(super::hosts::host_name)
         .unwrap_or_default();
     let allowed = &state.mcp_allowed_hosts;
     if !allowed
@@ -151,15 +148,6 @@ fn is_json(headers: &axum::http::HeaderMap) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("application/json"))
-}
-
-/// The host of a `Host` header value, without port or IPv6 brackets.
-fn host_name(value: &str) -> String {
-    let host = match value.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or(""),
-        None => value.rsplit_once(':').map_or(value, |(h, _)| h),
-    };
-    host.to_ascii_lowercase()
 }
 
 /// The tools, over the server's state.
@@ -370,19 +358,5 @@ impl ServerHandler for Tools {
                 "seeker serves search-augmented reasoning policies. `search` returns documents \
                  for queries; `research` answers a question with citations.",
             )
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::host_name;
-
-    #[test]
-    fn host_names_drop_ports_and_brackets() {
-        assert_eq!(host_name("localhost:8080"), "localhost");
-        assert_eq!(host_name("LocalHost"), "localhost");
-        assert_eq!(host_name("[::1]:8080"), "::1");
-        assert_eq!(host_name("[::1]"), "::1");
-        assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
     }
 }

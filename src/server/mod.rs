@@ -24,6 +24,7 @@ pub(crate) mod chat;
 pub mod citations;
 pub mod error;
 pub(crate) mod headers;
+pub(crate) mod hosts;
 pub(crate) mod json;
 pub(crate) mod listen;
 pub(crate) mod mcp;
@@ -65,7 +66,8 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The router, without a listener (tests call it directly): the routes of
 /// each area merged, JSON fallbacks for unknown routes and methods, then,
-/// from the inside out, the API key check, request tracking, CORS, security
+/// from the inside out, the API key check, the `Host` and `Origin` check,
+/// request tracking, CORS, security
 /// headers and the request log, inside the request-id layers (the id is set
 /// outermost and copied onto the response).
 pub fn app(state: Arc<AppState>) -> Router {
@@ -91,6 +93,10 @@ pub fn app(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             ops::authenticate,
+        ))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            hosts::check,
         ))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),

@@ -43,6 +43,9 @@ pub struct AppState {
     pub(crate) tools_policy: Option<String>,
     /// Host names `/mcp` answers to (`server.mcp_allowed_hosts`).
     pub(crate) mcp_allowed_hosts: Vec<String>,
+    /// Host names every route answers to; `None` for any
+    /// (`server.allowed_hosts`, resolved by [`super::hosts::resolve`]).
+    pub(crate) allowed_hosts: Option<Vec<String>>,
     /// Whether responses carry the security headers (`server.security_headers`).
     pub(crate) security_headers: bool,
     started: u64,
@@ -72,6 +75,7 @@ impl AppState {
             ops: ops::Ops::default(),
             cors_origins: Vec::new(),
             mcp_allowed_hosts: crate::config::ServerConfig::default().mcp_allowed_hosts,
+            allowed_hosts: None,
             security_headers: true,
             tools_policy: Some(crate::config::PolicyConfig::default().tools)
                 .filter(|name| profiles.contains_key(name)),
@@ -89,7 +93,7 @@ impl AppState {
         }
     }
 
-    /// With the `[server]` settings (keys, limits, deadline, CORS, headers) instead of
+    /// With the `[server]` settings (keys, limits, deadline, CORS, hosts, headers) instead of
     /// the defaults; `keys` are the accepted API keys.
     pub fn with_server_config(
         mut self,
@@ -99,14 +103,8 @@ impl AppState {
         self.ops = ops::Ops::new(config, keys);
         self.cors_origins = config.cors_origins.clone();
         self.security_headers = config.security_headers;
-        self.mcp_allowed_hosts = config
-            .mcp_allowed_hosts
-            .iter()
-            .map(|h| {
-                h.trim_matches(|c| c == '[' || c == ']')
-                    .to_ascii_lowercase()
-            })
-            .collect();
+        self.mcp_allowed_hosts = super::hosts::normalise(&config.mcp_allowed_hosts);
+        self.allowed_hosts = super::hosts::resolve(&config.allowed_hosts, &config.host);
         self
     }
 

@@ -173,3 +173,36 @@ async fn usage_counts_the_prompt_when_the_continued_message_holds_the_answer() {
     assert!(prompt > 20, "{usage}");
     assert_eq!(usage["total_tokens"].as_u64(), Some(prompt));
 }
+
+/// Issue 48: the real binary on its default loopback bind refuses a
+/// rebinding `Host` on every route (before a key, a body or the route is
+/// looked at), and answers its own names.
+#[tokio::test]
+async fn the_real_server_refuses_a_rebinding_host_on_every_route() {
+    let server = start_server_with(crate::e2e::shared_index(), &[]);
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let port = server.base.rsplit(':').next().unwrap();
+    for route in crate::ops::ROUTES {
+        let rebound = format!("rebind.attacker.example:{port}");
+        let (status, code) =
+            crate::ops::with_host(&client, &server.base, route, &rebound, None).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (403, "host_not_allowed"),
+            "{route:?}"
+        );
+    }
+    let own = format!("localhost:{port}");
+    let health = ("GET", "/health");
+    let (status, _) = crate::ops::with_host(&client, &server.base, health, &own, None).await;
+    assert_eq!(status, 200);
+    let metrics = crate::common::metrics_of(&client, &server.base).await;
+    assert!(
+        metrics.contains(&format!(
+            "seeker_requests_rejected_total{{reason=\"host\"}} {}",
+            crate::ops::ROUTES.len()
+        )),
+        "{metrics}"
+    );
+}

@@ -231,6 +231,144 @@ async fn api_keys_guard_everything_but_health_and_docs() {
     );
 }
 
+/// Every route of the server, as `(method, path)`.
+pub const ROUTES: [(&str, &str); 16] = [
+    ("GET", "/"),
+    ("GET", "/favicon.ico"),
+    ("GET", "/health"),
+    ("GET", "/metrics"),
+    ("GET", "/v1/models"),
+    ("GET", "/v1/models/test-model"),
+    ("POST", "/v1/chat/completions"),
+    ("POST", "/v1/responses"),
+    ("POST", "/retrieve"),
+    ("POST", "/search"),
+    ("POST", "/batch_search"),
+    ("POST", "/queries"),
+    ("POST", "/mcp"),
+    ("GET", "/docs/"),
+    ("GET", "/openapi.json"),
+    ("GET", "/no-such-route"),
+];
+
+/// Sends `method path` to `base` with `Host: host` and, if given, `Origin`;
+/// the status and the error code of the body (if any).
+pub async fn with_host(
+    client: &reqwest::Client,
+    base: &str,
+    (method, path): (&str, &str),
+    host: &str,
+    origin: Option<&str>,
+) -> (u16, String) {
+    let mut request = client
+        .request(method.parse().unwrap(), format!("{base}{path}"))
+        .header("host", host)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    if let Some(origin) = origin {
+        request = request.header("origin", origin);
+    }
+    if method == "POST" {
+        request = request.body("{}");
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    let code = body["error"]["code"].as_str().unwrap_or("").to_string();
+    (status, code)
+}
+
+/// Issue 48: on a loopback-bound server (the default), a `Host` other than
+/// the loopback names — what a page whose name an attacker rebound to
+/// 127.0.0.1 sends — gets 403 on every route, and so does a browser
+/// `Origin` that is not the server's own; the server's own names and
+/// origin pass. `allowed_hosts` and `cors_origins` change both.
+#[tokio::test]
+async fn a_rebinding_host_or_a_foreign_origin_is_refused_on_every_route() {
+    let client = reqwest::Client::new();
+    let server = Server::simple(ScriptedEngine::new(script()), ServerConfig::default()).await;
+    let port = server.url.rsplit(':').next().unwrap().to_string();
+    let own = format!("127.0.0.1:{port}");
+    let own_origin = format!("http://{own}");
+    for route in ROUTES {
+        let send = |host: String, origin: Option<&str>| {
+            let (client, base) = (&client, &server.url);
+            let origin = origin.map(str::to_string);
+            async move { with_host(client, base, route, &host, origin.as_deref()).await }
+        };
+        let (status, code) = send(format!("rebind.attacker.example:{port}"), None).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (403, "host_not_allowed"),
+            "{route:?}"
+        );
+        for host in [
+            own.clone(),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ] {
+            let (status, _) = send(host.clone(), None).await;
+            assert_ne!(status, 403, "{route:?} {host}");
+        }
+        let (status, code) = send(own.clone(), Some("https://attacker.example")).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (403, "origin_not_allowed"),
+            "{route:?}"
+        );
+        let (status, _) = send(own.clone(), Some(&own_origin)).await;
+        assert_ne!(status, 403, "{route:?} from its own origin");
+    }
+    let rejected = |reason: &str| {
+        server
+            .state
+            .metrics
+            .requests_rejected
+            .with_label_values(&[reason])
+            .get()
+    };
+    assert_eq!(rejected("host"), ROUTES.len() as u64);
+    assert_eq!(rejected("origin"), ROUTES.len() as u64);
+
+    // Configured names replace the default; a listed origin passes.
+    let named = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            allowed_hosts: vec!["Seeker.LAN".into()],
+            cors_origins: vec!["https://ui.example".into()],
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let health = ("GET", "/health");
+    let status = |host: &str, origin: Option<&str>| {
+        let (client, base) = (&client, &named.url);
+        let (host, origin) = (host.to_string(), origin.map(str::to_string));
+        async move {
+            with_host(client, base, health, &host, origin.as_deref())
+                .await
+                .0
+        }
+    };
+    assert_eq!(status("seeker.lan:8080", None).await, 200);
+    assert_eq!(status("localhost", None).await, 403);
+    assert_eq!(status("seeker.lan", Some("https://ui.example")).await, 200);
+    assert_eq!(
+        status("seeker.lan", Some("https://evil.example")).await,
+        403
+    );
+    let any = Server::simple(
+        ScriptedEngine::new(script()),
+        ServerConfig {
+            allowed_hosts: vec!["*".into()],
+            ..ServerConfig::default()
+        },
+    )
+    .await;
+    let (status, _) = with_host(&client, &any.url, health, "anything.example", None).await;
+    assert_eq!(status, 200);
+}
+
 #[tokio::test]
 async fn cors_is_off_by_default_and_allows_only_configured_origins() {
     let client = reqwest::Client::new();
@@ -420,7 +558,7 @@ async fn connections_beyond_the_cap_wait_for_one_to_close() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     let mut third = tokio::net::TcpStream::connect(&address).await.unwrap();
     third
-        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let waiting = tokio::time::timeout(
@@ -696,11 +834,11 @@ async fn silent_slow_and_idle_connections_are_closed() {
     let silent = tokio::net::TcpStream::connect(&address).await.unwrap();
     let mut partial = tokio::net::TcpStream::connect(&address).await.unwrap();
     partial
-        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .unwrap();
     let mut idle = tokio::net::TcpStream::connect(&address).await.unwrap();
-    idle.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    idle.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let answer = read_until(&mut idle, "\"ok\"").await;
@@ -1002,7 +1140,7 @@ async fn a_long_request_line_gets_a_json_414_and_a_split_one_is_served() {
 
     let mut long = tokio::net::TcpStream::connect(&address).await.unwrap();
     let target = format!("/v1/models/{}", "a".repeat(70_000));
-    long.write_all(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+    long.write_all(format!("GET {target} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let answer = read_until(&mut long, "}}").await;
@@ -1018,7 +1156,7 @@ async fn a_long_request_line_gets_a_json_414_and_a_split_one_is_served() {
     split.write_all(b"GET /hea").await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     split
-        .write_all(b"lth HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"lth HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .unwrap();
     let answer = read_until(&mut split, "\"ok\"").await;

@@ -79,7 +79,7 @@ async fn half_sent_request(base: &str) -> tokio::net::TcpStream {
     let address = base.strip_prefix("http://").unwrap();
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
     stream
-        .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+        .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")
         .await
         .unwrap();
     // Let the server accept it before anything else happens.
