@@ -96,11 +96,22 @@ impl UrlPolicy {
             url::Host::Ipv4(a) => a.to_string(),
             url::Host::Ipv6(a) => a.to_string(),
         };
-        if self.deny_hosts.iter().any(|p| host_matches(p, &name)) {
+        // An IPv6 literal that carries an IPv4 address is also that address
+        // (`[::ffff:93.184.216.34]` is on a list that names 93.184.216.34).
+        let names: Vec<String> = match host {
+            url::Host::Ipv6(a) => std::iter::once(name.clone())
+                .chain(embedded_v4(a).map(|v4| v4.to_string()))
+                .collect(),
+            _ => vec![name.clone()],
+        };
+        let listed = |list: &[String]| {
+            list.iter()
+                .any(|p| names.iter().any(|n| host_matches(p, n)))
+        };
+        if listed(&self.deny_hosts) {
             return Err(Refusal(format!("host {name} is on the deny list")));
         }
-        if !self.allow_hosts.is_empty() && !self.allow_hosts.iter().any(|p| host_matches(p, &name))
-        {
+        if !self.allow_hosts.is_empty() && !listed(&self.allow_hosts) {
             return Err(Refusal(format!("host {name} is not on the allow list")));
         }
         match host {
@@ -123,10 +134,20 @@ impl UrlPolicy {
     /// # Errors
     /// A [`Refusal`] naming the range.
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), Refusal> {
-        if self.deny_networks.iter().any(|n| n.contains(&ip)) {
+        // The address, and the IPv4 address an IPv6 form carries (the one
+        // the connection reaches), are checked against the lists alike.
+        let v4 = match ip {
+            IpAddr::V6(a) => embedded_v4(a).map(IpAddr::V4),
+            IpAddr::V4(_) => None,
+        };
+        let within = |nets: &[IpNet]| {
+            nets.iter()
+                .any(|n| n.contains(&ip) || v4.is_some_and(|a| n.contains(&a)))
+        };
+        if within(&self.deny_networks) {
             return Err(Refusal(format!("address {ip} is in a denied network")));
         }
-        if self.allow_networks.iter().any(|n| n.contains(&ip)) {
+        if within(&self.allow_networks) {
             return Ok(());
         }
         match refused_reason(ip) {
@@ -134,6 +155,32 @@ impl UrlPolicy {
             None => Ok(()),
         }
     }
+}
+
+/// The IPv4 address an IPv6 address carries and reaches: IPv4-mapped
+/// (`::ffff:a.b.c.d`), IPv4-compatible (`::a.b.c.d`, not `::` or `::1`),
+/// NAT64 (`64:ff9b::a.b.c.d`) and 6to4 (`2002:AABB:CCDD::/48`).
+pub fn embedded_v4(a: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = a.segments();
+    let low = || Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8);
+    if let Some(v4) = a.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    if s[..6] == [0, 0, 0, 0, 0, 0] && !a.is_unspecified() && !a.is_loopback() {
+        return Some(low());
+    }
+    if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+        return Some(low());
+    }
+    if s[0] == 0x2002 {
+        return Some(Ipv4Addr::new(
+            (s[1] >> 8) as u8,
+            s[1] as u8,
+            (s[2] >> 8) as u8,
+            s[2] as u8,
+        ));
+    }
+    None
 }
 
 /// Why an address is not on the public internet, or `None` when it is.
@@ -401,5 +448,27 @@ mod tests {
         assert!(check("https://notexample.org/").is_err());
         assert!(check("http://127.0.0.2/").is_err());
         assert!(policy.check_ip("8.8.8.8".parse().unwrap()).is_err());
+        // IPv6 spellings of a denied (public) IPv4 address are denied too,
+        // by network and by host.
+        for url in [
+            "http://[::ffff:8.8.8.8]/",
+            "http://[::ffff:808:808]/",
+            "http://[64:ff9b::8.8.8.8]/",
+            "http://[2002:808:808::1]/",
+        ] {
+            assert!(check(url).is_err(), "{url}");
+            let ip: IpAddr = url[8..url.len() - 2].parse().unwrap();
+            assert!(policy.check_ip(ip).is_err(), "{url}");
+        }
+        let by_host = UrlPolicy {
+            deny_hosts: vec!["93.184.216.34".into()],
+            ..UrlPolicy::default()
+        };
+        assert!(by_host
+            .check_url(&url::Url::parse("http://[::ffff:93.184.216.34]/").unwrap())
+            .is_err());
+        assert!(by_host
+            .check_url(&url::Url::parse("http://93.184.216.35/").unwrap())
+            .is_ok());
     }
 }

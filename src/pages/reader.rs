@@ -390,6 +390,8 @@ impl PageReader {
                     reqwest::header::ACCEPT,
                     "text/html, text/plain;q=0.9, */*;q=0.1",
                 )
+                // Bodies are read as they come: no compressed ones.
+                .header(reqwest::header::ACCEPT_ENCODING, "identity")
                 .send()
                 .await
                 .map_err(|e| request_error(e, self.settings.timeout))?;
@@ -434,9 +436,22 @@ impl PageReader {
             "application/pdf" => return Err(PageError::Unsupported("PDF".into())),
             other => return Err(PageError::Unsupported(other.to_string())),
         };
+        // A server that compresses anyway sends bytes no extractor reads.
+        if let Some(encoding) = response
+            .headers()
+            .get(reqwest::header::CONTENT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_ascii_lowercase())
+            .filter(|v| !v.is_empty() && v != "identity")
+        {
+            return Err(PageError::Unsupported(format!("{encoding}-encoded")));
+        }
         let final_url = response.url().to_string();
         let (body, truncated) =
             read_capped(response, self.settings.max_bytes, self.settings.timeout).await?;
+        if is_binary(&body) {
+            return Err(PageError::Unsupported("binary".into()));
+        }
         // The slot is held by the blocking work itself: when the deadline
         // drops this future, the extraction still counts until it ends.
         let slot = Arc::clone(&self.extractions)
@@ -478,6 +493,23 @@ impl PageReader {
 enum Kind {
     Html,
     Plain,
+}
+
+/// Whether a body said to be text is not: a NUL byte in its first 8 KiB, or
+/// more than a tenth of its first 8 KiB not UTF-8 (a cut at the end aside).
+fn is_binary(body: &[u8]) -> bool {
+    let head = &body[..body.len().min(8192)];
+    if head.contains(&0) {
+        return true;
+    }
+    let mut bad = 0;
+    let mut rest = head;
+    while let Err(e) = std::str::from_utf8(rest) {
+        let Some(len) = e.error_len() else { break };
+        bad += len;
+        rest = &rest[e.valid_up_to() + len..];
+    }
+    bad * 10 > head.len()
 }
 
 /// A target as models write it: surrounding whitespace, quotes and angle
@@ -554,6 +586,23 @@ fn request_error(e: reqwest::Error, timeout: Duration) -> PageError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_bodies_are_told_from_text() {
+        assert!(!is_binary("plain text, ünïcödé, 日本語".as_bytes()));
+        assert!(!is_binary(b""));
+        assert!(is_binary(b"GIF89a\x00\x01"));
+        let gzip = [0x1f, 0x8b, 0x08, 0x00, 0xff, 0xfe, 0xfd, 0xfc, 0x80, 0x81];
+        assert!(is_binary(&gzip));
+        // Latin-1 text with one accented letter per word stays text.
+        let mut latin1 = b"caf\xe9 ".repeat(10);
+        latin1.extend_from_slice(&b"plain words ".repeat(10));
+        assert!(!is_binary(&latin1));
+        // A multi-byte character cut by the byte cap is not binary.
+        let mut cut = "x".repeat(100).into_bytes();
+        cut.extend_from_slice(&"日".as_bytes()[..2]);
+        assert!(!is_binary(&cut));
+    }
 
     #[test]
     fn targets_lose_quotes_and_brackets() {

@@ -152,6 +152,30 @@ pub async fn page_server() -> PageServer {
             "/nested/{n}",
             get(|| async { ([(header::CONTENT_TYPE, "text/html")], nested("div", 22_000)) }),
         )
+        // A compressed body sent although the reader asked for none, and
+        // bytes labelled text: ~1 M characters of garbage were spliced.
+        .route(
+            "/gzip",
+            get(|| async {
+                (
+                    [
+                        (header::CONTENT_TYPE, "text/html"),
+                        (header::CONTENT_ENCODING, "gzip"),
+                    ],
+                    vec![
+                        0x1f_u8, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xcb, 0x48,
+                    ],
+                )
+            }),
+        )
+        .route(
+            "/binary",
+            get(|| async {
+                let mut body = b"PNG-like".to_vec();
+                body.extend((0..4096u32).map(|i| (i * 37 % 256) as u8));
+                ([(header::CONTENT_TYPE, "text/plain")], body)
+            }),
+        )
         .route(
             "/pdf",
             get(|| async { ([(header::CONTENT_TYPE, "application/pdf")], "%PDF-1.4") }),
@@ -393,6 +417,17 @@ async fn pages_too_deep_to_parse_are_read_flat_and_free_their_workers() {
     let page = reader.open(&server.url("/article")).await.unwrap();
     assert_eq!(page.title, "Taj Mahal");
     assert_eq!(metrics.page_flattened.get(), 3);
+}
+
+#[tokio::test]
+async fn compressed_and_binary_bodies_are_refused_with_their_kind() {
+    let server = page_server().await;
+    let (reader, _) = reader(settings());
+    let e = reader.open(&server.url("/gzip")).await.unwrap_err();
+    assert_eq!(e, PageError::Unsupported("gzip-encoded".into()));
+    let e = reader.open(&server.url("/binary")).await.unwrap_err();
+    assert_eq!(e, PageError::Unsupported("binary".into()));
+    assert_eq!(e.to_string(), "cannot read binary pages");
 }
 
 #[tokio::test]
