@@ -454,8 +454,24 @@ fn best_hit(
     (first_hit, documents)
 }
 
+/// Writes `text` to `path` whole or not at all: into `.{name}.tmp-{pid}`
+/// beside it, then renamed over it (a kill or a full disk leaves the old
+/// file, never half a new one; what a killed run left is removed).
 fn write(path: &Path, text: &str) -> anyhow::Result<()> {
-    std::fs::write(path, text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let name = path
+        .file_name()
+        .ok_or_else(|| anyhow::anyhow!("{}: not a file name", path.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let dir = path.parent().unwrap_or(Path::new(""));
+    let prefix = format!(".{name}.tmp-");
+    crate::tempfiles::remove_stale(dir, &prefix);
+    let tmp = dir.join(format!("{prefix}{}", std::process::id()));
+    let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -503,5 +519,30 @@ mod tests {
         );
         assert_eq!(asked(None), "Who is the son of Aida Wang?");
         assert_eq!(asked(Some("  ")), "Who is the son of Aida Wang?");
+    }
+
+    #[test]
+    fn output_files_are_replaced_whole_and_leave_nothing_beside_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run.jsonl");
+        std::fs::write(&out, "old\n").unwrap();
+        // What a killed run left: removed by the next one.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        std::fs::write(dir.path().join(format!(".run.jsonl.tmp-{dead}")), "half").unwrap();
+        write(&out, "new\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "new\n");
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["run.jsonl"]);
+        // A directory that cannot be written keeps the old file.
+        let missing = dir.path().join("no-such-dir").join("run.jsonl");
+        assert!(write(&missing, "x")
+            .unwrap_err()
+            .to_string()
+            .contains("no-such-dir"));
     }
 }
