@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::ToolChoice;
 use super::{
     ClientCall, FinishReason, Rollout, RolloutError, RolloutEvent, RoundEnded, RoundOutcome,
     RoundRecord,
@@ -74,7 +75,13 @@ impl Rollout<'_> {
             Some(_) => false,
         };
         if profile.tools.is_some() && turn_ended && !self.answer.started {
-            let calls = turn_calls(&profile, kept);
+            let mut calls = turn_calls(&profile, kept);
+            // `tool_choice: "none"`: the client's functions were not offered;
+            // a call of one the model writes anyway is text, not a call.
+            let client = &self.request.client_tools;
+            if client.choice == ToolChoice::None {
+                calls.retain(|c| !matches!(&c.parsed, Ok(call) if client.has(&call.name)));
+            }
             // A call of the profile's answer function is the answer.
             if let Some(answer) = profile.answer_of(&calls) {
                 self.transcript.push_str(kept);

@@ -200,6 +200,22 @@ async fn tool_choice_none_offers_only_seekers_functions() {
     assert_eq!(status, StatusCode::OK, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert!(!engine.prompts()[0].contains("get_weather"));
+
+    // A call of the client's function the model writes anyway is not
+    // returned as one: the turn is the answer (issue 48).
+    let call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    let engine = ScriptedEngine::new([vec![call]]);
+    let (status, v) = chat(&engine, json!({"tool_choice": "none"})).await;
+    assert_eq!(status, StatusCode::OK, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    assert!(
+        v["choices"][0]["message"].get("tool_calls").is_none(),
+        "{v}"
+    );
+    // With "auto" the same turn is a call.
+    let engine = ScriptedEngine::new([vec![call]]);
+    let (_, v) = chat(&engine, json!({"tool_choice": "auto"})).await;
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls", "{v}");
 }
 
 #[tokio::test]
