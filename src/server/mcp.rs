@@ -88,8 +88,27 @@ pub(crate) async fn guard(
         .into_response();
     }
     let sent_json = is_json(request.headers());
+    // The message's shape where the SDK reads past it (ids that are not
+    // request ids, non-object arguments): checked on the body, then passed on.
+    let (parts, body) = request.into_parts();
+    let bytes = match axum::body::to_bytes(body, state.ops.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "the request body is over server.max_body_bytes ({} bytes)",
+                    state.ops.max_body_bytes
+                ),
+            )
+            .into_response()
+        }
+    };
+    if let Some(refusal) = malformed(&bytes) {
+        return refusal;
+    }
+    let mut request = Request::from_parts(parts, axum::body::Body::from(bytes));
     // `Accept` sent as several headers is one list (RFC 9110 §5.3).
-    let mut request = request;
     let accepts: Vec<String> = request
         .headers()
         .get_all(header::ACCEPT)
@@ -140,6 +159,42 @@ pub(crate) async fn guard(
         _ => ApiError::new(ErrorCode::EngineFailure, reason),
     };
     error.into_response()
+}
+
+/// The answer to a JSON-RPC message the SDK would misread, or `None` to
+/// pass it on: a request whose `id` is not a string or an integer (JSON-RPC
+/// 2.0 §4, MCP's `RequestId`; an object, array, fraction or null id was
+/// taken for a notification and answered with an empty 202) gets -32600
+/// Invalid Request (HTTP 400); a `tools/call` whose `arguments` is not an
+/// object gets -32602 Invalid params (it was -32601, "method not found").
+fn malformed(body: &[u8]) -> Option<Response> {
+    let message: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let object = message.as_object()?;
+    object.get("method")?;
+    let id = object.get("id")?;
+    let valid_id = id.is_string() || id.is_i64() || id.is_u64();
+    let error = |id: serde_json::Value, code: i32, message: &str| serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
+    if !valid_id {
+        let body = error(
+            serde_json::Value::Null,
+            -32600,
+            "invalid request: `id` must be a string or an integer (a message without `id` is a notification)",
+        );
+        return Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response());
+    }
+    let arguments = object
+        .get("params")
+        .and_then(|p| p.get("arguments"))
+        .filter(|a| !a.is_object() && !a.is_null());
+    if object.get("method").and_then(|m| m.as_str()) == Some("tools/call") && arguments.is_some() {
+        let body = error(
+            id.clone(),
+            -32602,
+            "invalid params: `arguments` must be an object of the tool's parameters",
+        );
+        return Some((StatusCode::OK, axum::Json(body)).into_response());
+    }
+    None
 }
 
 /// Whether `headers` declare a JSON body.

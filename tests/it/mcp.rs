@@ -239,3 +239,46 @@ async fn the_transports_refusals_come_in_the_apis_error_shape() {
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
     assert_eq!(error_of(&body)["code"], "unsupported_media_type");
 }
+
+/// Issue 48: ids that are not request ids and non-object arguments get the
+/// JSON-RPC errors they call for, not an empty 202 or "method not found".
+#[tokio::test]
+async fn malformed_ids_and_arguments_get_json_rpc_errors() {
+    let state = state(Some(script()));
+    let headers = [
+        ("host", "localhost:8080"),
+        ("content-type", "application/json"),
+        ("accept", ACCEPT),
+    ];
+    for id in [
+        json!({"a": 1}),
+        json!(null),
+        json!([1]),
+        json!(1.5),
+        json!(true),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
+        let (status, _, text) = call(Arc::clone(&state), "POST", &headers, &body.to_string()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{id}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{id}: {text}");
+        assert_eq!(v["id"], Value::Null);
+    }
+    for arguments in [json!(["a"]), json!("a"), json!(3)] {
+        let body = json!({"jsonrpc": "2.0", "id": "x7", "method": "tools/call",
+            "params": {"name": "search", "arguments": arguments}});
+        let (status, _, text) = call(Arc::clone(&state), "POST", &headers, &body.to_string()).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32602, "{arguments}: {text}");
+        assert_eq!(v["id"], "x7");
+    }
+    // A notification (no id) is still a 202, a string id still answered.
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, _, _) = call(Arc::clone(&state), "POST", &headers, &note.to_string()).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let list = json!({"jsonrpc": "2.0", "id": "req-1", "method": "tools/list"});
+    let (status, _, text) = call(state, "POST", &headers, &list.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("\"id\":\"req-1\""), "{text}");
+}
