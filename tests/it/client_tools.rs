@@ -271,6 +271,34 @@ async fn misuse_is_a_400_naming_the_field() {
             json!({"messages": [{"role": "user", "content": "q", "tool_calls": []}]}),
             "messages[0].tool_calls",
         ),
+        // A tool message that answers no call (issue 48).
+        (
+            json!({"messages": [
+                {"role": "user", "content": "q"},
+                {"role": "tool", "tool_call_id": "call_1", "content": "r"},
+            ]}),
+            "messages[1]",
+        ),
+        (
+            json!({"messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "r"},
+                {"role": "tool", "tool_call_id": "call_9", "content": "r"},
+            ]}),
+            "messages[3].tool_call_id",
+        ),
+        (
+            json!({"messages": [
+                {"role": "user", "content": "q"},
+                {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{}"}}]},
+                {"role": "user", "content": "and?"},
+                {"role": "tool", "tool_call_id": "call_1", "content": "r"},
+            ]}),
+            "messages[3]",
+        ),
     ];
     for (extra, param) in cases {
         let (status, text) = send(

@@ -249,7 +249,8 @@ fn max_tokens(
 ///
 /// # Errors
 /// A 400 naming the field at fault: no messages, a message [`chat_turn`]
-/// refuses, or no user message with text.
+/// refuses, no user message with text, or a tool message that answers no
+/// call ([`tools::check_tool_answers`]).
 fn chat_turns(messages: &[ChatMessage]) -> Result<Vec<ChatTurn>, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid_field(
@@ -263,6 +264,7 @@ fn chat_turns(messages: &[ChatMessage]) -> Result<Vec<ChatTurn>, ApiError> {
         .map(|(i, m)| chat_turn(i, m))
         .collect::<Result<Vec<_>, _>>()?;
     require_question(&turns)?;
+    tools::check_tool_answers(&turns)?;
     Ok(turns)
 }
 

@@ -7,6 +7,7 @@
 use super::super::error::ApiError;
 use super::super::openai::{ToolCallObject, ToolSpec};
 use super::AppState;
+use crate::engine::{ChatTurn, Role};
 use crate::profile::Profile;
 use crate::rollout::ToolChoice;
 
@@ -236,4 +237,58 @@ pub(super) fn template_calls(
             }))
         })
         .collect()
+}
+
+/// Checks that every tool message answers a call: it follows an assistant
+/// message with `tool_calls` (other tool messages between them allowed),
+/// and its `tool_call_id` is the `id` of one of that message's calls (when
+/// the calls carry ids). OpenAI's API refuses both mistakes alike; a
+/// template would otherwise render a result under the wrong call.
+///
+/// # Errors
+/// A 400 naming `messages[i]` (no call before it) or
+/// `messages[i].tool_call_id` (an id of no call), with the ids it could be.
+pub(super) fn check_tool_answers(turns: &[ChatTurn]) -> Result<(), ApiError> {
+    // The assistant message whose calls the tool messages answer, and its
+    // call ids.
+    let mut open: Option<(usize, Vec<&str>)> = None;
+    for (i, turn) in turns.iter().enumerate() {
+        match turn.role {
+            Role::Assistant => {
+                open = (!turn.tool_calls.is_empty()).then(|| {
+                    let ids = turn
+                        .tool_calls
+                        .iter()
+                        .filter_map(|c| c["id"].as_str())
+                        .filter(|id| !id.is_empty())
+                        .collect();
+                    (i, ids)
+                });
+            }
+            Role::Tool => {
+                let Some((j, ids)) = &open else {
+                    return Err(ApiError::invalid_field(
+                        &format!("messages[{i}]"),
+                        format!(
+                            "messages[{i}] is a tool message, but no assistant message with \
+                             `tool_calls` comes before it"
+                        ),
+                    ));
+                };
+                let id = turn.tool_call_id.as_deref().unwrap_or_default();
+                if !ids.is_empty() && !ids.contains(&id) {
+                    return Err(ApiError::invalid_field(
+                        &format!("messages[{i}].tool_call_id"),
+                        format!(
+                            "`{}` is the id of no call of messages[{j}] (its calls: {})",
+                            super::super::error::clip(id),
+                            ids.join(", ")
+                        ),
+                    ));
+                }
+            }
+            _ => open = None,
+        }
+    }
+    Ok(())
 }
