@@ -9,7 +9,8 @@ use super::{Config, ConfigError};
 
 /// `figment` with each `SEEKER_<SECTION>__<KEY>` variable of `env` merged on
 /// top, parsed as the type of the setting it names; other variables are
-/// skipped.
+/// skipped. Also returns, per merged setting, its dotted path and the
+/// variable that set it (so a later error can name the variable).
 ///
 /// # Errors
 /// [`ConfigError::Env`] for the first variable that names no setting or holds
@@ -17,7 +18,8 @@ use super::{Config, ConfigError};
 pub(super) fn merge_vars(
     mut figment: Figment,
     env: impl IntoIterator<Item = (String, String)>,
-) -> Result<Figment, ConfigError> {
+) -> Result<(Figment, Vec<(String, String)>), ConfigError> {
+    let mut set = Vec::new();
     let defaults = serde_json::to_value(Config::default()).expect("config serialises");
     // Only SEEKER_SECTION__KEY variables are configuration; other SEEKER_*
     // variables (SEEKER_BIN for scripts, SEEKER_API_KEY for eval) are not.
@@ -42,8 +44,9 @@ pub(super) fn merge_vars(
             message,
         })?;
         figment = figment.merge((path.join("."), value));
+        set.push((path.join("."), var));
     }
-    Ok(figment)
+    Ok((figment, set))
 }
 
 /// An environment value parsed as the type of the setting's default:
@@ -65,10 +68,13 @@ fn env_value(default: &serde_json::Value, raw: &str) -> Result<figment::value::V
             .filter(|x| x.is_finite())
             .map(Value::from)
             .ok_or_else(|| format!("expected a number, got {raw:?}")),
-        serde_json::Value::Number(_) => raw
-            .parse::<u64>()
-            .map(Value::from)
-            .map_err(|_| format!("expected a non-negative integer, got {raw:?}")),
+        serde_json::Value::Number(_) => raw.parse::<u64>().map(Value::from).map_err(|e| {
+            if matches!(e.kind(), std::num::IntErrorKind::PosOverflow) {
+                format!("{raw} is too large (at most {})", u64::MAX)
+            } else {
+                format!("expected a non-negative integer, got {raw:?}")
+            }
+        }),
         // Lists of strings: comma-separated.
         serde_json::Value::Array(_) => Ok(Value::from(
             raw.split(',')
@@ -115,6 +121,26 @@ mod tests {
             .to_string();
         assert!(
             err.contains("SEEKER_SERVER__PORT") && err.contains("notaport"),
+            "{err}"
+        );
+        // Too large for any setting, or for this one: the variable is named
+        // and the message says why.
+        let err = Config::load(
+            None,
+            env(&[("SEEKER_SERVER__MAX_BODY_BYTES", "99999999999999999999")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("SEEKER_SERVER__MAX_BODY_BYTES") && err.contains("too large"),
+            "{err}"
+        );
+        let err = Config::load(None, env(&[("SEEKER_SERVER__PORT", "99999")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("environment variable SEEKER_SERVER__PORT")
+                && err.contains("expected an integer from 0 to 65535"),
             "{err}"
         );
         let err = Config::load(None, env(&[("SEEKER_SERVER__PROT", "1")]))

@@ -92,10 +92,10 @@ impl Config {
             }
             None => {}
         }
-        let figment = env::merge_vars(figment, env)?;
+        let (figment, from_env) = env::merge_vars(figment, env)?;
         let config: Config = figment
             .extract()
-            .map_err(|e| ConfigError::Invalid(describe(e)))?;
+            .map_err(|e| ConfigError::Invalid(describe(e, &from_env)))?;
         config.validate()?;
         Ok(config)
     }
@@ -138,17 +138,25 @@ pub(crate) fn removed_setting(key: &str) -> Option<&'static str> {
 }
 
 /// A figment error as one line per failure, `SOURCE: KEY: WHAT`, joined with
-/// `; ` (no mention of figment).
-fn describe(e: figment::Error) -> String {
+/// `; ` (no mention of figment). A key set by an environment variable
+/// (`from_env`: dotted path and variable) names that variable as its source;
+/// Rust's integer type names become their ranges.
+fn describe(e: figment::Error, from_env: &[(String, String)]) -> String {
     e.into_iter()
         .map(|e| {
-            let source = e
-                .metadata
-                .as_ref()
-                .and_then(|m| m.source.as_ref())
-                .map(|s| format!("{s}: "))
-                .unwrap_or_default();
             let path = e.path.join(".");
+            let source = from_env
+                .iter()
+                .rev()
+                .find(|(p, _)| *p == path)
+                .map(|(_, var)| format!("environment variable {var}: "))
+                .or_else(|| {
+                    e.metadata
+                        .as_ref()
+                        .and_then(|m| m.source.as_ref())
+                        .map(|s| format!("{s}: "))
+                })
+                .unwrap_or_default();
             let key = if path.is_empty() {
                 String::new()
             } else {
@@ -156,11 +164,24 @@ fn describe(e: figment::Error) -> String {
             };
             match removed_setting(&path) {
                 Some(hint) => format!("{source}{key}{hint}"),
-                None => format!("{source}{key}{}", e.kind),
+                None => format!("{source}{key}{}", plain_ranges(&e.kind.to_string())),
             }
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// "expected u16" and the like, said as the range a user can write.
+fn plain_ranges(message: &str) -> String {
+    [
+        ("expected u8", "expected an integer from 0 to 255"),
+        ("expected u16", "expected an integer from 0 to 65535"),
+        ("expected u32", "expected an integer from 0 to 4294967295"),
+    ]
+    .iter()
+    .fold(message.to_string(), |m, (rust, plain)| {
+        m.replace(rust, plain)
+    })
 }
 
 #[cfg(test)]
