@@ -111,7 +111,10 @@ impl UrlPolicy {
         if listed(&self.deny_hosts) {
             return Err(Refusal(format!("host {name} is on the deny list")));
         }
-        if !self.allow_hosts.is_empty() && !listed(&self.allow_hosts) {
+        // An allow list opens exactly what it names: another spelling of an
+        // allowed address is not allowed by it.
+        if !self.allow_hosts.is_empty() && !self.allow_hosts.iter().any(|p| host_matches(p, &name))
+        {
             return Err(Refusal(format!("host {name} is not on the allow list")));
         }
         match host {
@@ -134,20 +137,21 @@ impl UrlPolicy {
     /// # Errors
     /// A [`Refusal`] naming the range.
     pub fn check_ip(&self, ip: IpAddr) -> Result<(), Refusal> {
-        // The address, and the IPv4 address an IPv6 form carries (the one
-        // the connection reaches), are checked against the lists alike.
+        // A denied network is denied in every spelling: also by the IPv4
+        // address an IPv6 form carries (the one the connection reaches). An
+        // allowed network opens exactly the addresses written in it.
         let v4 = match ip {
             IpAddr::V6(a) => embedded_v4(a).map(IpAddr::V4),
             IpAddr::V4(_) => None,
         };
-        let within = |nets: &[IpNet]| {
-            nets.iter()
-                .any(|n| n.contains(&ip) || v4.is_some_and(|a| n.contains(&a)))
-        };
-        if within(&self.deny_networks) {
+        if self
+            .deny_networks
+            .iter()
+            .any(|n| n.contains(&ip) || v4.is_some_and(|a| n.contains(&a)))
+        {
             return Err(Refusal(format!("address {ip} is in a denied network")));
         }
-        if within(&self.allow_networks) {
+        if self.allow_networks.iter().any(|n| n.contains(&ip)) {
             return Ok(());
         }
         match refused_reason(ip) {
