@@ -224,7 +224,18 @@ async fn ask(client: &reqwest::Client, config: &EvalConfig, item: &QaItem) -> Qu
         req = req.bearer_auth(key.expose());
     }
     let work = async {
-        let response = req.send().await.map_err(|e| {
+        let retry = req.try_clone();
+        let sent = match req.send().await {
+            // A kept-alive connection the server had closed (llama-server
+            // closes idle ones) fails before any answer: sent again once, on
+            // a new connection.
+            Err(e) if closed_before_answer(&e) => match retry {
+                Some(again) => again.send().await,
+                None => Err(e),
+            },
+            other => other,
+        };
+        let response = sent.map_err(|e| {
             let kind = if e.is_connect() { "connect" } else { "stream" };
             (kind.to_string(), e.to_string())
         })?;
@@ -252,6 +263,33 @@ async fn ask(client: &reqwest::Client, config: &EvalConfig, item: &QaItem) -> Qu
         Ok(Ok(o)) => o,
     };
     score(item, outcome, started)
+}
+
+/// Whether sending failed because the connection closed before any part of
+/// the answer came (hyper's "connection closed before message completed",
+/// or a reset): the request can be sent again.
+fn closed_before_answer(e: &reqwest::Error) -> bool {
+    if e.is_timeout() || e.is_connect() || e.is_status() || e.is_body() || e.is_decode() {
+        return false;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            if h.is_incomplete_message() || h.is_canceled() {
+                return true;
+            }
+        }
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+            ) {
+                return true;
+            }
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// What a streamed completion gave.
@@ -502,5 +540,92 @@ mod tests {
         };
         let r = scored(&aliases, "Vicki Hackworth".into());
         assert_eq!((r.em, r.set_f1), (Some(1.0), None));
+    }
+
+    /// A server that answers the first request of each connection, keeps it
+    /// alive, then closes it on the next request without answering (as
+    /// llama-server does with a connection idle past its timeout).
+    async fn closing_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let connections = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&connections);
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                counted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    // One whole request: headers, then the body they announce.
+                    loop {
+                        let n = socket.read(&mut buf).await.unwrap_or(0);
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                        let text = String::from_utf8_lossy(&request).to_string();
+                        if let Some(end) = text.find("\r\n\r\n") {
+                            let length = text
+                                .lines()
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase()
+                                        .strip_prefix("content-length: ")
+                                        .map(|v| v.trim().parse::<usize>().unwrap())
+                                })
+                                .unwrap_or(0);
+                            if request.len() >= end + 4 + length {
+                                break;
+                            }
+                        }
+                    }
+                    let body = r#"{"choices": [{"message": {"content": "Leonardo"}, "finish_reason": "stop"}]}"#;
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: keep-alive\r\n\r\n{body}",
+                        body.len()
+                    );
+                    socket.write_all(response.as_bytes()).await.unwrap();
+                    // The next request on this connection: closed unanswered.
+                    let _ = socket.read(&mut buf).await;
+                });
+            }
+        });
+        (url, connections)
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_the_server_closed_costs_no_question() {
+        let (url, connections) = closing_server().await;
+        let config = EvalConfig {
+            url,
+            model: "default".into(),
+            policy: None,
+            backend: None,
+            top_k: None,
+            max_tokens: 8,
+            temperature: 0.0,
+            concurrency: 1,
+            timeout: Duration::from_secs(10),
+            stream: false,
+            api_key: None,
+        };
+        let items: Vec<QaItem> = (0..3)
+            .map(|i| QaItem {
+                id: i.to_string(),
+                question: "Who painted the Mona Lisa?".into(),
+                golds: vec!["Leonardo".into()],
+                ..QaItem::default()
+            })
+            .collect();
+        let results = run(&config, &items, |_| {}).await;
+        for r in &results {
+            assert_eq!(r.error, None, "{r:?}");
+            assert_eq!(r.em, Some(1.0));
+        }
+        // Each question after the first found its pooled connection closed
+        // and was sent again on a new one.
+        assert_eq!(connections.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 }
