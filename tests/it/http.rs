@@ -330,6 +330,13 @@ async fn bad_requests_get_openai_errors_naming_the_field() {
         ),
         ("", StatusCode::BAD_REQUEST, "invalid_json", None),
         ("[1, 2]", StatusCode::BAD_REQUEST, "invalid_json", None),
+        // A final assistant message neither continued nor answered (issue 48).
+        (
+            r#"{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "The answer is"}]}"#,
+            StatusCode::BAD_REQUEST,
+            "invalid_value",
+            Some("messages[1]"),
+        ),
         (
             r#"{"model": "default"}"#,
             StatusCode::BAD_REQUEST,

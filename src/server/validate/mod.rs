@@ -341,10 +341,25 @@ fn require_question(messages: &[ChatTurn]) -> Result<(), ApiError> {
 /// assistant's.
 fn continuation(flag: Option<bool>, messages: &[ChatTurn]) -> Result<bool, ApiError> {
     let continue_final_message = flag.unwrap_or(false);
-    if continue_final_message && messages.last().map(|m| m.role) != Some(Role::Assistant) {
+    let last = messages.last();
+    if continue_final_message && last.map(|m| m.role) != Some(Role::Assistant) {
         return Err(ApiError::invalid_field(
             "continue_final_message",
             "continue_final_message needs the last message to be an assistant message",
+        ));
+    }
+    // A final assistant message is either continued or an error: the
+    // policies answer the last user message, and would drop it unread.
+    if !continue_final_message
+        && last.is_some_and(|m| m.role == Role::Assistant && m.tool_calls.is_empty())
+    {
+        let i = messages.len() - 1;
+        return Err(ApiError::invalid_field(
+            &format!("messages[{i}]"),
+            format!(
+                "messages[{i}] is an assistant message: end with a user or tool message, or \
+                 set continue_final_message: true to continue it"
+            ),
         ));
     }
     Ok(continue_final_message)
