@@ -36,13 +36,29 @@ pub const MAX_DEPTH: usize = 256;
 /// busy for about half a second or more.
 pub const MAX_COST: u64 = 32_000_000;
 
+/// Most elements handed to the extractors. Their time also grows with the
+/// element count alone: measured from outside on this project's 2-core
+/// machine, about 45 µs an element for 690,000 `<p>`s (a 2 MB page: 30 s, past
+/// the page deadline). 50,000 elements is a long article (a large Wikipedia
+/// page has 10,000–30,000) and about two seconds at that rate.
+pub const MAX_ELEMENTS: usize = 50_000;
+
+/// Formatting elements (HTML Living Standard, "the list of active formatting
+/// elements"): one left open is re-created by the parser in every later
+/// block, so 16 unclosed `<b>`s before 75,000 `<p>`s make 1.2 million
+/// elements of 94,000 tags.
+const FORMATTING: &[&str] = &[
+    "a", "b", "big", "code", "em", "font", "i", "nobr", "s", "small", "strike", "strong", "tt", "u",
+];
+
 /// What the scan found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     /// Deepest nesting of open elements seen (stops growing past
     /// [`MAX_DEPTH`]: the scan ends there).
     pub depth: usize,
-    /// Elements opened.
+    /// Elements opened, the formatting elements the parser re-creates
+    /// counted (stops growing past [`MAX_ELEMENTS`]: the scan ends there).
     pub elements: usize,
     /// Sum over the elements of their depth squared.
     pub cost: u64,
@@ -50,9 +66,9 @@ pub struct Shape {
 
 impl Shape {
     /// Whether the extractors may parse the page: at most [`MAX_DEPTH`]
-    /// deep and at most [`MAX_COST`].
+    /// deep, [`MAX_ELEMENTS`] elements and [`MAX_COST`].
     pub fn parseable(&self) -> bool {
-        self.depth <= MAX_DEPTH && self.cost <= MAX_COST
+        self.depth <= MAX_DEPTH && self.elements <= MAX_ELEMENTS && self.cost <= MAX_COST
     }
 }
 
@@ -256,14 +272,27 @@ pub fn measure(html: &str) -> Shape {
         elements: 0,
         cost: 0,
     };
+    // Formatting elements opened and not closed by their own end tag: the
+    // parser re-creates each of them before a later element.
+    let mut active = 0usize;
     let mut tags = Tags::new(html);
     while let Some((_, tag)) = tags.next_tag() {
+        if shape.elements > MAX_ELEMENTS {
+            return shape;
+        }
         match tag {
             Tag::Start { name, self_closing } => {
-                if VOID.iter().any(|v| v.eq_ignore_ascii_case(name)) {
+                let lower = name.to_ascii_lowercase();
+                if FORMATTING.contains(&lower.as_str()) {
+                    active += 1;
+                } else if active > 0 {
+                    let depth = (stack.len() + active) as u64;
+                    shape.elements += active;
+                    shape.cost += active as u64 * depth * depth;
+                }
+                if VOID.contains(&lower.as_str()) {
                     continue;
                 }
-                let lower = name.to_ascii_lowercase();
                 let closed = closes(&lower);
                 while stack
                     .last()
@@ -288,6 +317,9 @@ pub fn measure(html: &str) -> Shape {
             }
             Tag::Other => {}
             Tag::End { name } => {
+                if FORMATTING.iter().any(|f| f.eq_ignore_ascii_case(name)) {
+                    active = active.saturating_sub(1);
+                }
                 let reach = stack.len().saturating_sub(END_TAG_REACH);
                 if let Some(i) = stack[reach..]
                     .iter()
@@ -410,7 +442,7 @@ mod tests {
         let svg = format!("<svg>{}</svg>", "<g/>".repeat(1000));
         assert_eq!(measure(&svg).depth, 1);
         // Closed ones do not.
-        let closed = "<div>x</div>".repeat(100_000);
+        let closed = "<div>x</div>".repeat(10_000);
         assert_eq!(measure(&closed).depth, 1);
         assert!(measure(&closed).parseable());
     }
@@ -431,6 +463,26 @@ mod tests {
         let shape = measure(&page);
         assert_eq!(shape.depth, 250);
         assert!(!shape.parseable(), "{shape:?}");
+    }
+
+    #[test]
+    fn wide_pages_and_recreated_formatting_elements_are_counted() {
+        // 690,000 paragraphs: shallow, but 30 s of extraction.
+        let wide = "<p>x".repeat(690_000);
+        let shape = measure(&wide);
+        assert_eq!(shape.depth, 1);
+        assert!(!shape.parseable(), "{shape:?}");
+        assert!(shape.elements <= MAX_ELEMENTS + 2, "the scan stops early");
+        // 16 unclosed <b>s re-created in each of 75,000 paragraphs.
+        let open: String = (0..16).map(|i| format!("<b id={i}>")).collect();
+        let page = format!("<html><body><p>{open}</p>{}", "<p><img>".repeat(75_000));
+        assert!(!measure(&page).parseable());
+        // Closed ones are not re-created.
+        let closed: String = (0..16).map(|i| format!("<b id={i}>x</b>")).collect();
+        let page = format!("<html><body><p>{closed}</p>{}", "<p><img>".repeat(20_000));
+        let shape = measure(&page);
+        assert!(shape.parseable(), "{shape:?}");
+        assert!(shape.elements < 20_100, "{shape:?}");
     }
 
     #[test]

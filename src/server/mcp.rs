@@ -163,7 +163,8 @@ pub(crate) async fn guard(
 
 /// The answer to a JSON-RPC message the SDK would misread, or `None` to
 /// pass it on: a request whose `id` is not a string or an integer (JSON-RPC
-/// 2.0 §4, MCP's `RequestId`; an object, array, fraction or null id was
+/// 2.0 §4, MCP's `RequestId`, an integer within i64; an object, array,
+/// fraction, null or larger id was
 /// taken for a notification and answered with an empty 202) gets -32600
 /// Invalid Request (HTTP 400); a `tools/call` whose `arguments` is not an
 /// object gets -32602 Invalid params (it was -32601, "method not found").
@@ -172,7 +173,9 @@ fn malformed(body: &[u8]) -> Option<Response> {
     let object = message.as_object()?;
     object.get("method")?;
     let id = object.get("id")?;
-    let valid_id = id.is_string() || id.is_i64() || id.is_u64();
+    // rmcp reads integer ids as i64: a larger one was taken for a
+    // notification too.
+    let valid_id = id.is_string() || id.is_i64();
     let error = |id: serde_json::Value, code: i32, message: &str| serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
     if !valid_id {
         let body = error(

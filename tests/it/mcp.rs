@@ -256,6 +256,7 @@ async fn malformed_ids_and_arguments_get_json_rpc_errors() {
         json!([1]),
         json!(1.5),
         json!(true),
+        json!(9_223_372_036_854_775_808_u64),
     ] {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"});
         let (status, _, text) = call(Arc::clone(&state), "POST", &headers, &body.to_string()).await;
