@@ -418,18 +418,24 @@ impl PageReader {
         if !status.is_success() {
             return Err(PageError::Status(status.as_u16()));
         }
-        let content_type = response
+        let content_type_header = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .map(|v| {
-                v.split(';')
-                    .next()
-                    .unwrap_or_default()
-                    .trim()
-                    .to_ascii_lowercase()
-            })
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .to_string();
+        let content_type = content_type_header
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        let charset = content_type_header.split(';').skip(1).find_map(|p| {
+            let (key, value) = p.split_once('=')?;
+            key.trim()
+                .eq_ignore_ascii_case("charset")
+                .then(|| value.trim().trim_matches('"').to_string())
+        });
         let kind = match content_type.as_str() {
             "text/html" | "application/xhtml+xml" => Kind::Html,
             "text/plain" | "text/markdown" | "" => Kind::Plain,
@@ -449,9 +455,7 @@ impl PageReader {
         let final_url = response.url().to_string();
         let (body, truncated) =
             read_capped(response, self.settings.max_bytes, self.settings.timeout).await?;
-        if is_binary(&body) {
-            return Err(PageError::Unsupported("binary".into()));
-        }
+        let body = decode(&body, charset.as_deref())?;
         // The slot is held by the blocking work itself: when the deadline
         // drops this future, the extraction still counts until it ends.
         let slot = Arc::clone(&self.extractions)
@@ -462,7 +466,6 @@ impl PageReader {
         let flattened = self.metrics.page_flattened.clone();
         let (title, text) = tokio::task::spawn_blocking(move || {
             let _held = (slot, running);
-            let body = String::from_utf8_lossy(&body);
             match kind {
                 // Without a type, markup is still read as HTML.
                 Kind::Plain if !body.trim_start().starts_with('<') => {
@@ -495,21 +498,30 @@ enum Kind {
     Plain,
 }
 
-/// Whether a body said to be text is not: a NUL byte in its first 8 KiB, or
-/// more than a tenth of its first 8 KiB not UTF-8 (a cut at the end aside).
-fn is_binary(body: &[u8]) -> bool {
-    let head = &body[..body.len().min(8192)];
-    if head.contains(&0) {
-        return true;
+/// The body as text: in the charset the response declares (WHATWG labels:
+/// `iso-8859-1` is read as windows-1252, as browsers read it), or the one
+/// its byte-order mark names, else UTF-8.
+///
+/// # Errors
+/// `Unsupported("binary")` when what it decodes to is not text: a NUL, or
+/// more than a tenth replacement characters, in its first 8,192 characters.
+fn decode(body: &[u8], charset: Option<&str>) -> Result<String, PageError> {
+    let declared = charset.and_then(|c| encoding_rs::Encoding::for_label(c.as_bytes()));
+    let encoding = declared.unwrap_or(encoding_rs::UTF_8);
+    // `decode` lets a byte-order mark override the declared charset.
+    let (text, _, _) = encoding.decode(body);
+    let (mut chars, mut bad) = (0usize, 0usize);
+    for c in text.chars().take(8192) {
+        if c == '\0' {
+            return Err(PageError::Unsupported("binary".into()));
+        }
+        chars += 1;
+        bad += usize::from(c == char::REPLACEMENT_CHARACTER);
     }
-    let mut bad = 0;
-    let mut rest = head;
-    while let Err(e) = std::str::from_utf8(rest) {
-        let Some(len) = e.error_len() else { break };
-        bad += len;
-        rest = &rest[e.valid_up_to() + len..];
+    if bad * 10 > chars {
+        return Err(PageError::Unsupported("binary".into()));
     }
-    bad * 10 > head.len()
+    Ok(text.into_owned())
 }
 
 /// A target as models write it: surrounding whitespace, quotes and angle
@@ -588,20 +600,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn binary_bodies_are_told_from_text() {
-        assert!(!is_binary("plain text, ünïcödé, 日本語".as_bytes()));
-        assert!(!is_binary(b""));
-        assert!(is_binary(b"GIF89a\x00\x01"));
+    fn bodies_are_decoded_in_their_charset_and_binary_ones_refused() {
+        let binary = || Err(PageError::Unsupported("binary".into()));
+        assert_eq!(
+            decode("ünïcödé, 日本語".as_bytes(), None).unwrap(),
+            "ünïcödé, 日本語"
+        );
+        assert_eq!(decode(b"", None).unwrap(), "");
+        assert_eq!(
+            decode(b"caf\xe9 na\xefve", Some("iso-8859-1")).unwrap(),
+            "café naïve"
+        );
+        assert_eq!(
+            decode(b"caf\xe9 na\xefve", Some("Windows-1252")).unwrap(),
+            "café naïve"
+        );
+        let utf16: Vec<u8> = "Taj Mahal"
+            .encode_utf16()
+            .flat_map(|u| u.to_le_bytes())
+            .collect();
+        assert_eq!(decode(&utf16, Some("utf-16le")).unwrap(), "Taj Mahal");
+        let mut with_bom = vec![0xff, 0xfe];
+        with_bom.extend(&utf16);
+        assert_eq!(decode(&with_bom, None).unwrap(), "Taj Mahal");
+        assert_eq!(decode(b"GIF89a\x00\x01", None), binary());
         let gzip = [0x1f, 0x8b, 0x08, 0x00, 0xff, 0xfe, 0xfd, 0xfc, 0x80, 0x81];
-        assert!(is_binary(&gzip));
-        // Latin-1 text with one accented letter per word stays text.
-        let mut latin1 = b"caf\xe9 ".repeat(10);
-        latin1.extend_from_slice(&b"plain words ".repeat(10));
-        assert!(!is_binary(&latin1));
+        assert_eq!(decode(&gzip, None), binary());
         // A multi-byte character cut by the byte cap is not binary.
         let mut cut = "x".repeat(100).into_bytes();
         cut.extend_from_slice(&"日".as_bytes()[..2]);
-        assert!(!is_binary(&cut));
+        assert!(decode(&cut, None).is_ok());
+        // An unknown label falls back to UTF-8.
+        assert_eq!(decode(b"plain", Some("x-nonsense")).unwrap(), "plain");
     }
 
     #[test]
