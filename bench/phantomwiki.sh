@@ -23,7 +23,8 @@
 #      MAX_DIFFICULTY (3), AGGREGATION (0), LIMIT (all), MAX (512 generated tokens a question),
 #      SEEKER_BIN (default: the release build), OUT (target/bench-phantomwiki/seed{S}-{SIZE}),
 #      SERVER_ENV (more SEEKER_*=... settings for every server, e.g. a tuned top-k),
-#      INSTRUCTION (text put before every question, `seeker eval --instruction`; none by default).
+#      INSTRUCTION (text put before every question, `seeker eval --instruction`; none by default),
+#      TOP_K (documents a search, `seeker eval --top-k`; default: each profile's own, 3).
 #
 # The answers are sets, scored as PhantomWiki scores them (split on commas), after reading an
 # answer written as a sentence from its last clause (`seeker eval`; README "PhantomWiki").
@@ -45,6 +46,7 @@ AGGREGATION=${AGGREGATION:-0}
 LIMIT=${LIMIT:-}
 MAX=${MAX:-512}
 INSTRUCTION=${INSTRUCTION:-}
+TOP_K=${TOP_K:-}
 UNIVERSE=data/phantomwiki/seed$SEED-$SIZE
 OUT=${OUT:-target/bench-phantomwiki/seed$SEED-$SIZE}
 mkdir -p "$OUT"
@@ -66,6 +68,7 @@ filters=(--max-difficulty "$MAX_DIFFICULTY")
 [[ $AGGREGATION == 1 ]] || filters+=(--no-aggregation)
 [[ -z $LIMIT ]] || filters+=(--limit "$LIMIT")
 [[ -z $INSTRUCTION ]] || filters+=(--instruction "$INSTRUCTION")
+[[ -z $TOP_K ]] || filters+=(--top-k "$TOP_K")
 read -r -a server_env <<<"${SERVER_ENV:-}"
 
 for policy in $POLICIES; do
