@@ -87,14 +87,14 @@ pub(crate) fn host_of(request: &Request) -> Option<&str> {
         .or_else(|| request.uri().authority().map(|a| a.as_str()))
 }
 
-/// The name part of a `Host` value: port and IPv6 brackets dropped,
-/// lower-cased.
+/// The name part of a `Host` value: port, IPv6 brackets and the root's
+/// trailing dot (`localhost.` is `localhost`) dropped, lower-cased.
 pub(crate) fn host_name(value: &str) -> String {
     let host = match value.strip_prefix('[') {
         Some(rest) => rest.split(']').next().unwrap_or(""),
         None => value.rsplit_once(':').map_or(value, |(h, _)| h),
     };
-    host.to_ascii_lowercase()
+    host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
 }
 
 /// Whether a browser request from `origin` may reach a server it calls
@@ -213,6 +213,7 @@ mod tests {
         assert_eq!(host_name("[::1]:8080"), "::1");
         assert_eq!(host_name("[::1]"), "::1");
         assert_eq!(host_name("127.0.0.1"), "127.0.0.1");
+        assert_eq!(host_name("localhost.:8080"), "localhost");
     }
 
     #[test]
