@@ -455,7 +455,6 @@ impl PageReader {
         let final_url = response.url().to_string();
         let (body, truncated) =
             read_capped(response, self.settings.max_bytes, self.settings.timeout).await?;
-        let body = decode(&body, charset.as_deref())?;
         // The slot is held by the blocking work itself: when the deadline
         // drops this future, the extraction still counts until it ends.
         let slot = Arc::clone(&self.extractions)
@@ -464,9 +463,12 @@ impl PageReader {
             .map_err(|_| PageError::Connection("reader closed".into()))?;
         let running = Running::start(self.metrics.page_extractions_running.clone());
         let flattened = self.metrics.page_flattened.clone();
+        // Decoding (up to `max_bytes`) and extraction are CPU work: both run
+        // on the blocking thread, not the runtime's.
         let (title, text) = tokio::task::spawn_blocking(move || {
             let _held = (slot, running);
-            match kind {
+            let body = decode(&body, charset.as_deref())?;
+            Ok(match kind {
                 // Without a type, markup is still read as HTML.
                 Kind::Plain if !body.trim_start().starts_with('<') => {
                     (String::new(), body.trim().to_string())
@@ -478,10 +480,10 @@ impl PageReader {
                     }
                     (title, text)
                 }
-            }
+            })
         })
         .await
-        .map_err(|e| PageError::Connection(format!("extraction failed: {e}")))?;
+        .map_err(|e| PageError::Connection(format!("extraction failed: {e}")))??;
         Ok(Page {
             url: final_url,
             title,
