@@ -97,6 +97,32 @@ pub(crate) fn host_name(value: &str) -> String {
     host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase()
 }
 
+/// Checks a `Host` name (as [`host_name`] gives it) against `allowed`
+/// (lower-cased names; `*` allows any): `Ok`, or the 403 `host_not_allowed`
+/// saying that `who` (`this server`, `/mcp`) does not answer it and which
+/// `setting` lists the names. Every route's check and `/mcp`'s use it.
+pub(crate) fn check_host(
+    name: &str,
+    allowed: &[String],
+    who: &str,
+    setting: &str,
+) -> Result<(), ApiError> {
+    if allowed
+        .iter()
+        .any(|a| a == "*" || a.eq_ignore_ascii_case(name))
+    {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorCode::HostNotAllowed,
+        format!(
+            "{who} does not answer requests for host `{}`; add it to {setting} (now: {})",
+            clip(name),
+            allowed.join(", ")
+        ),
+    ))
+}
+
 /// Whether a browser request from `origin` may reach a server it calls
 /// `host` (the `Host` it sent): listed in `cors` (or `*` there), or the
 /// server's own origin (scheme's default port ignored).
@@ -137,21 +163,13 @@ pub(crate) async fn check(
 ) -> Response {
     let host = host_of(&request);
     if let (Some(allowed), Some(host)) = (&state.allowed_hosts, host) {
-        let name = host_name(host);
-        if !allowed.iter().any(|a| a.eq_ignore_ascii_case(&name)) {
-            return refuse(
-                &state,
-                "host",
-                ApiError::new(
-                    ErrorCode::HostNotAllowed,
-                    format!(
-                        "this server does not answer requests for host `{}`; add it to \
-                         server.allowed_hosts (now: {})",
-                        clip(&name),
-                        allowed.join(", ")
-                    ),
-                ),
-            );
+        if let Err(e) = check_host(
+            &host_name(host),
+            allowed,
+            "this server",
+            "server.allowed_hosts",
+        ) {
+            return refuse(&state, "host", e);
         }
     }
     if let Some(origin) = request.headers().get(header::ORIGIN) {

@@ -71,21 +71,13 @@ pub(crate) async fn guard(
     let host = super::hosts::host_of(&request)
         .map(super::hosts::host_name)
         .unwrap_or_default();
-    let allowed = &state.mcp_allowed_hosts;
-    if !allowed
-        .iter()
-        .any(|a| a == "*" || a.eq_ignore_ascii_case(&host))
-    {
-        return ApiError::new(
-            ErrorCode::HostNotAllowed,
-            format!(
-                "/mcp does not answer requests for host `{}`; add it to \
-                 server.mcp_allowed_hosts (now: {})",
-                super::error::clip(&host),
-                allowed.join(", ")
-            ),
-        )
-        .into_response();
+    if let Err(e) = super::hosts::check_host(
+        &host,
+        &state.mcp_allowed_hosts,
+        "/mcp",
+        "server.mcp_allowed_hosts",
+    ) {
+        return e.into_response();
     }
     let sent_json = is_json(request.headers());
     // The message's shape where the SDK reads past it (ids that are not
