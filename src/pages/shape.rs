@@ -39,8 +39,7 @@ pub const MAX_COST: u64 = 32_000_000;
 /// Most elements handed to the extractors. Their time also grows with the
 /// element count alone: measured from outside on this project's 2-core
 /// machine, about 45 µs an element for 690,000 `<p>`s (a 2 MB page: 30 s, past
-/// the page deadline). 50,000 elements is a long article (a large Wikipedia
-/// page has 10,000–30,000) and about two seconds at that rate.
+/// the page deadline). 50,000 elements is about two seconds at that rate.
 pub const MAX_ELEMENTS: usize = 50_000;
 
 /// Formatting elements (HTML Living Standard, "the list of active formatting

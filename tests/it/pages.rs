@@ -201,6 +201,27 @@ pub async fn page_server() -> PageServer {
     PageServer { port, hits }
 }
 
+/// `config/seeker.toml` with web pages on for the local page server only
+/// (127.0.0.2) and each `(from, to)` of `edits` made (each must apply),
+/// written into `dir`; its path.
+fn web_config(dir: &std::path::Path, edits: &[(&str, &str)]) -> std::path::PathBuf {
+    let mut config =
+        std::fs::read_to_string(crate::common::root().join("config/seeker.toml")).unwrap();
+    for (from, to) in [
+        ("\nweb = false\n", "\nweb = true\n"),
+        ("allow_networks = []", "allow_networks = [\"127.0.0.2/32\"]"),
+    ]
+    .iter()
+    .chain(edits)
+    {
+        assert!(config.contains(from), "config/seeker.toml has no {from:?}");
+        config = config.replacen(from, to, 1);
+    }
+    let path = dir.join("seeker.toml");
+    std::fs::write(&path, config).unwrap();
+    path
+}
+
 /// A page of `depth` nested, unclosed `tag` elements around the word
 /// "innermost".
 pub fn nested(tag: &str, depth: usize) -> String {
@@ -731,13 +752,7 @@ async fn tongyi_visit_reads_every_page_of_a_call_at_once_and_answers_refusals_wi
 async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_loopback() {
     let pages = page_server().await;
     let tmp = tempfile::tempdir().unwrap();
-    let config = std::fs::read_to_string(crate::common::root().join("config/seeker.toml"))
-        .unwrap()
-        .replace("\nweb = false\n", "\nweb = true\n")
-        .replace("allow_networks = []", "allow_networks = [\"127.0.0.2/32\"]");
-    assert!(config.contains("127.0.0.2/32") && config.contains("\nweb = true\n"));
-    let config_path = tmp.path().join("seeker.toml");
-    std::fs::write(&config_path, config).unwrap();
+    let config_path = web_config(tmp.path(), &[]);
     let server = crate::e2e::start_default_model(
         crate::e2e::shared_index(),
         &[],
@@ -885,20 +900,17 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
 async fn hostile_pages_neither_crash_nor_starve_the_real_server() {
     let pages = page_server().await;
     let tmp = tempfile::tempdir().unwrap();
-    let config = std::fs::read_to_string(crate::common::root().join("config/seeker.toml"))
-        .unwrap()
-        .replace("\nweb = false\n", "\nweb = true\n")
-        .replace("\ntimeout_ms = 10000\n", "\ntimeout_ms = 3000\n")
-        // All eleven pages are on one host: no politeness wait.
-        .replace(
-            "\nhost_requests_per_second = 2\n",
-            "\nhost_requests_per_second = 0\n",
-        )
-        .replace("allow_networks = []", "allow_networks = [\"127.0.0.2/32\"]");
-    assert!(config.contains("127.0.0.2/32") && config.contains("\ntimeout_ms = 3000\n"));
-    assert!(config.contains("\nhost_requests_per_second = 0\n"));
-    let config_path = tmp.path().join("seeker.toml");
-    std::fs::write(&config_path, config).unwrap();
+    let config_path = web_config(
+        tmp.path(),
+        &[
+            ("\ntimeout_ms = 10000\n", "\ntimeout_ms = 3000\n"),
+            // All eleven pages are on one host: no politeness wait.
+            (
+                "\nhost_requests_per_second = 2\n",
+                "\nhost_requests_per_second = 0\n",
+            ),
+        ],
+    );
     let server = crate::e2e::start_server_args(
         crate::e2e::shared_index(),
         &[],
