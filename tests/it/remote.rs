@@ -360,8 +360,9 @@ async fn a_replica_killed_mid_stream_hands_the_round_to_the_other() {
 }
 
 /// Rollouts that arrive together spread over the replicas (each pick counts
-/// as in flight at once, before the server answers), and a replica that does
-/// not answer at start is marked down from the start.
+/// as in flight at once, before the server answers; and should one finish
+/// before the other starts, equally loaded replicas take turns), and a
+/// replica that does not answer at start is marked down from the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollouts_arriving_together_spread_over_the_replicas() {
     let (first, second) = (Llama::start(), Llama::start());

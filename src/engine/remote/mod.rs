@@ -91,6 +91,9 @@ struct Inner {
     api_key: Option<Secret>,
     /// Rollout id → the replica its rounds go to.
     sessions: moka::future::Cache<u64, usize>,
+    /// New placements so far: stamps each replica's last one, so that
+    /// replicas with as many generations in flight take turns.
+    placements: std::sync::atomic::AtomicU64,
     read_timeout: Duration,
     metrics: Arc<Metrics>,
     /// Each rollout's last round, for token prompts; `None` with
@@ -143,6 +146,7 @@ impl RemoteEngine {
                 .max_capacity(100_000)
                 .time_to_idle(Duration::from_secs(600))
                 .build(),
+            placements: std::sync::atomic::AtomicU64::new(0),
             read_timeout: config.read_timeout,
             metrics,
             rounds: config.token_continuation.then(tokens::rounds),

@@ -14,7 +14,9 @@
 //! prefix is cached there; [`crate::engine::GenerationParams::session`])
 //! while that replica is healthy and not slow (time to first token five
 //! times the fastest other replica's); a new rollout goes to the healthy
-//! replica with the fewest generations in flight, slow ones last. A replica
+//! replica with the fewest generations in flight, slow ones last, and of
+//! replicas equal in both the one given a new rollout longest ago (so
+//! rollouts that do not overlap still take turns). A replica
 //! that refuses a connection, answers 5xx/408/429, breaks its stream or
 //! stays silent past the read timeout is marked down (1 s, doubling to
 //! 30 s; the kinds are [`FailureKind`]). A replica marked down counts as up
@@ -24,7 +26,7 @@
 //! background task every [`PROBE_INTERVAL`] and before a request would use
 //! it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -48,6 +50,9 @@ pub(super) struct Replica {
     pub(super) url: String,
     /// Generations streaming from it now.
     in_flight: AtomicUsize,
+    /// When it last got a new placement (a value of `Inner::placements`;
+    /// 0 = never): the tie-break among replicas equally loaded.
+    last_placed: AtomicU64,
     health: Mutex<Health>,
     /// Its recent times to first token, for [`Inner::slow`].
     first_token: Mutex<FirstTokens>,
@@ -60,6 +65,7 @@ impl Replica {
         Self {
             url,
             in_flight: AtomicUsize::new(0),
+            last_placed: AtomicU64::new(0),
             health: Mutex::new(Health::default()),
             first_token: Mutex::new(FirstTokens::default()),
         }
@@ -349,8 +355,9 @@ impl Inner {
     /// The replica for the next request of `session`, not one of `tried`:
     /// the session's own replica when it is usable and not [slow](Inner::slow),
     /// else the usable one with the fewest generations in flight, slow ones
-    /// last. The pick counts as in flight at once (requests that arrive
-    /// together spread over the replicas); the caller gives it back with
+    /// last, and among equals the one placed on longest ago (turns). The
+    /// pick counts as in flight at once (requests that arrive together
+    /// spread over the replicas); the caller gives it back with
     /// [`Inner::done`].
     pub(super) async fn pick(&self, session: Option<u64>, tried: &[usize]) -> Option<usize> {
         if let Some(session) = session {
@@ -369,12 +376,16 @@ impl Inner {
             (
                 self.slow(i),
                 self.replica(i).in_flight.load(Ordering::Relaxed),
+                self.replica(i).last_placed.load(Ordering::Relaxed),
                 i,
             )
         });
         for i in order {
             if self.usable(i).await {
-                self.replica(i).in_flight.fetch_add(1, Ordering::Relaxed);
+                let replica = self.replica(i);
+                replica.in_flight.fetch_add(1, Ordering::Relaxed);
+                let stamp = self.placements.fetch_add(1, Ordering::Relaxed) + 1;
+                replica.last_placed.store(stamp, Ordering::Relaxed);
                 return Some(i);
             }
         }
@@ -401,5 +412,66 @@ mod tests {
         ]
         .map(FailureKind::label);
         assert_eq!(labels, ["connection", "status", "stream", "timeout"]);
+    }
+
+    /// A pool of `n` replicas that are all up (nothing is ever sent to
+    /// their URLs: `usable` asks no replica that is not marked down).
+    fn pool(n: usize) -> Inner {
+        Inner {
+            client: reqwest::Client::new(),
+            replicas: (0..n)
+                .map(|i| Replica::new(format!("http://127.0.0.1:{}", 1000 + i)))
+                .collect(),
+            model: "m".into(),
+            api_key: None,
+            sessions: moka::future::Cache::new(100),
+            placements: AtomicU64::new(0),
+            read_timeout: Duration::from_secs(1),
+            metrics: std::sync::Arc::new(crate::metrics::Metrics::new()),
+            rounds: None,
+            text_only: Default::default(),
+            client_stops: Default::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn rollouts_that_overlap_go_to_the_least_loaded_replica() {
+        let pool = pool(3);
+        let mut picked = Vec::new();
+        for _ in 0..3 {
+            picked.push(pool.pick(None, &[]).await.unwrap());
+        }
+        assert_eq!(picked, [0, 1, 2]);
+        // Replica 1 finishes first: the next rollout goes there.
+        pool.done(1);
+        assert_eq!(pool.pick(None, &[]).await, Some(1));
+    }
+
+    #[tokio::test]
+    async fn rollouts_one_after_another_take_turns() {
+        let pool = pool(3);
+        let mut picked = Vec::new();
+        for _ in 0..7 {
+            let i = pool.pick(None, &[]).await.unwrap();
+            pool.done(i);
+            picked.push(i);
+        }
+        assert_eq!(picked, [0, 1, 2, 0, 1, 2, 0]);
+    }
+
+    #[tokio::test]
+    async fn a_rollout_stays_on_its_replica_and_a_down_one_is_skipped() {
+        let pool = pool(2);
+        pool.sessions.insert(7, 0).await;
+        for _ in 0..3 {
+            let i = pool.pick(Some(7), &[]).await.unwrap();
+            pool.done(i);
+            assert_eq!(i, 0, "the session's replica");
+        }
+        pool.mark_down(1, FailureKind::Connection, "test");
+        let i = pool.pick(None, &[]).await.unwrap();
+        pool.done(i);
+        assert_eq!(i, 0, "replica 1 is marked down");
+        assert_eq!(pool.pick(None, &[0]).await, None, "0 tried, 1 down");
     }
 }
