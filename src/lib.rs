@@ -60,9 +60,12 @@
 //!   token ids); `gate` (engine slots, oldest rollout first) and `scripted`
 //!   (a replaying engine for tests).
 //! - [`search`]: the [`search::SearchBackend`] trait; `dispatch` (every query of
-//!   a round at once: limits, retries, shared cache), `bm25` (the local tantivy
+//!   a round at once: limits, retries, shared cache; `lists` the `fallback` and
+//!   `merge` backend lists), `bm25` (the local tantivy
 //!   index; `build` builds it), `dense` (dense retrieval, `dense_build` builds it, with `embed` for the encoder and
-//!   `signbits` for the approximate search of large indexes), `hybrid` (BM25 and dense fused by rank), `web` (Bing v7 shape, SearXNG), the
+//!   `signbits` for the approximate search of large indexes), `hybrid` (BM25 and dense fused by rank), `web` (the web
+//!   providers, one module each: `brave`, `tavily`, `serper`, `exa`, `google`,
+//!   `bing`, `searxng`), the
 //!   retriever protocols `retriever` (Search-R1 `/retrieve`), `flashrag`
 //!   (`/search`, `/batch_search`) and `r1searcher` (`/queries`), `clean`
 //!   (snippet clean-up), `setup` (from config).

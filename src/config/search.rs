@@ -153,44 +153,120 @@ impl Default for SearchConfig {
     }
 }
 
-/// What a configured backend talks to.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+/// What a configured backend talks to (`kind = "…"`): a local index, a
+/// retriever protocol, a web provider of [`crate::search::web::PROVIDERS`]
+/// (`bing`, `searxng`, `brave`, `tavily`, `serper`, `exa`, `google`), or a
+/// list of other backends (`fallback`, `merge`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendKind {
     /// Another local index built by `seeker index` (`index`).
     Tantivy,
-    /// Bing Web Search v7 shape (`url` = the search endpoint, `api_key_env`).
-    Bing,
-    /// A SearXNG or searx instance with the JSON format on (`url` = its root).
-    Searxng,
     /// A Search-R1-style `POST /retrieve` server (`url` = the route).
     Retriever,
     /// A FlashRAG server as ReCall serves it (`url` = its `POST /search` route).
     Flashrag,
     /// R1-Searcher's retriever (`url` = its `POST /queries` route).
-    #[serde(rename = "r1-searcher")]
     R1Searcher,
+    /// The `backends` in order: the next one when one fails (an error,
+    /// a quota, a refused key, its share of the deadline spent).
+    Fallback,
+    /// The `backends` at once, fused by reciprocal rank, one document per
+    /// normalised URL.
+    Merge,
+    /// A web search provider (`url` defaults to its public endpoint, the key
+    /// comes from `api_key_env`).
+    Web(&'static crate::search::web::Provider),
+}
+
+impl BackendKind {
+    /// The kind named `name` in a config, if there is one.
+    pub fn named(name: &str) -> Option<Self> {
+        Some(match name {
+            "tantivy" => Self::Tantivy,
+            "retriever" => Self::Retriever,
+            "flashrag" => Self::Flashrag,
+            "r1-searcher" => Self::R1Searcher,
+            "fallback" => Self::Fallback,
+            "merge" => Self::Merge,
+            other => Self::Web(crate::search::web::provider(other)?),
+        })
+    }
+
+    /// The name a config gives this kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tantivy => "tantivy",
+            Self::Retriever => "retriever",
+            Self::Flashrag => "flashrag",
+            Self::R1Searcher => "r1-searcher",
+            Self::Fallback => "fallback",
+            Self::Merge => "merge",
+            Self::Web(p) => p.kind,
+        }
+    }
+
+    /// Every kind a config may name, in documentation order.
+    pub fn all() -> Vec<&'static str> {
+        let mut all = vec!["tantivy", "retriever", "flashrag", "r1-searcher"];
+        all.extend(crate::search::web::PROVIDERS.iter().map(|p| p.kind));
+        all.extend(["fallback", "merge"]);
+        all
+    }
+}
+
+impl Serialize for BackendKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> Deserialize<'de> for BackendKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Self::named(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown backend kind `{name}`, expected one of {}",
+                Self::all().join(", ")
+            ))
+        })
+    }
 }
 
 /// `[search.backends.NAME]`: one backend and its limits.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct BackendConfig {
-    /// What it talks to; decides which of `url` and `index` is required.
+    /// What it talks to; decides which settings are required.
     pub kind: BackendKind,
-    /// Endpoint (bing), instance root (searxng) or route (retriever).
+    /// Endpoint (web providers: default their public one), instance root
+    /// (searxng) or route (retriever, flashrag, r1-searcher).
     #[serde(default)]
     pub url: Option<String>,
     /// Index directory (tantivy).
     #[serde(default)]
     pub index: Option<PathBuf>,
-    /// Environment variable holding the API key (bing; default
-    /// `BING_SEARCH_KEY`). The key itself never goes in a file or a log.
+    /// Environment variable holding the API key (web providers; default per
+    /// provider: `BRAVE_SEARCH_API_KEY`, `TAVILY_API_KEY`, `SERPER_API_KEY`,
+    /// `EXA_API_KEY`, `GOOGLE_API_KEY`, `BING_SEARCH_KEY`). The key itself
+    /// never goes in a file or a log.
     #[serde(default)]
     pub api_key_env: Option<String>,
     /// Bing market (`mkt`), default `en-US`.
     #[serde(default)]
     pub market: Option<String>,
+    /// Google Programmable Search's search engine id (`cx`; required for
+    /// kind `google`).
+    #[serde(default)]
+    pub cx: Option<String>,
+    /// Ask the provider for the page's text instead of a snippet where it
+    /// can (tavily: `raw_content`, exa: `text`); default false.
+    #[serde(default)]
+    pub page_text: bool,
+    /// The backends a `fallback` tries in order, or a `merge` asks at once:
+    /// names of `[search.backends]` or the built-in `tantivy`, `dense`,
+    /// `hybrid` (not another `fallback` or `merge`).
+    #[serde(default)]
+    pub backends: Vec<String>,
     /// Calls in flight at once across all requests (default 4).
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
@@ -200,6 +276,25 @@ pub struct BackendConfig {
     /// Retries after 429, 5xx or a connection error (default 2).
     #[serde(default = "default_retries")]
     pub retries: u32,
+}
+
+impl BackendConfig {
+    /// A backend of `kind` with every other setting at its default.
+    pub fn of(kind: BackendKind) -> Self {
+        Self {
+            kind,
+            url: None,
+            index: None,
+            api_key_env: None,
+            market: None,
+            cx: None,
+            page_text: false,
+            backends: Vec::new(),
+            concurrency: default_concurrency(),
+            requests_per_second: 0,
+            retries: default_retries(),
+        }
+    }
 }
 
 fn default_concurrency() -> usize {
@@ -242,7 +337,7 @@ impl SearchConfig {
             ));
         }
         for (name, backend) in &self.backends {
-            backend.validate(name)?;
+            backend.validate(name, &self.backends)?;
         }
         Ok(())
     }
@@ -298,39 +393,55 @@ fn validate_hybrid(h: &HybridConfig) -> Result<(), ConfigError> {
 
 impl BackendConfig {
     /// `[search.backends.NAME]`: the setting its kind needs (`index` for
-    /// tantivy, an http(s) `url` for the others), `concurrency` at least 1.
-    fn validate(&self, name: &str) -> Result<(), ConfigError> {
+    /// tantivy, an http(s) `url` for the retrievers and providers without a
+    /// public endpoint, `backends` for fallback and merge), `concurrency` at
+    /// least 1. `configured` is every name of `[search.backends]`.
+    fn validate(
+        &self,
+        name: &str,
+        configured: &BTreeMap<String, BackendConfig>,
+    ) -> Result<(), ConfigError> {
         let key = |k: &str| format!("search.backends.{name}.{k}");
-        match self.kind {
-            BackendKind::Tantivy if self.index.is_none() => {
-                return Err(ConfigError::Invalid(format!(
-                    "{} is required for kind = \"tantivy\"",
-                    key("index")
-                )))
-            }
-            BackendKind::Bing
-            | BackendKind::Searxng
-            | BackendKind::Retriever
-            | BackendKind::Flashrag
-            | BackendKind::R1Searcher => {
-                let Some(url) = self.url.as_deref() else {
-                    let kind = serde_json::to_value(self.kind)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default();
+        let kind = self.kind.name();
+        let url_required = match self.kind {
+            BackendKind::Tantivy => {
+                if self.index.is_none() {
                     return Err(ConfigError::Invalid(format!(
-                        "{} is required for kind = {kind:?}",
-                        key("url"),
-                    )));
-                };
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
-                    return Err(ConfigError::Invalid(format!(
-                        "{} must be an http:// or https:// URL, got {url:?}",
-                        key("url")
+                        "{} is required for kind = \"tantivy\"",
+                        key("index")
                     )));
                 }
+                false
             }
-            BackendKind::Tantivy => {}
+            BackendKind::Retriever | BackendKind::Flashrag | BackendKind::R1Searcher => true,
+            BackendKind::Web(provider) => provider.default_url.is_none(),
+            BackendKind::Fallback | BackendKind::Merge => {
+                self.validate_members(name, configured)?;
+                false
+            }
+        };
+        if !matches!(self.kind, BackendKind::Fallback | BackendKind::Merge)
+            && !self.backends.is_empty()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "{} is for kind = \"fallback\" or \"merge\", not {kind:?}",
+                key("backends")
+            )));
+        }
+        match self.url.as_deref() {
+            None if url_required => {
+                return Err(ConfigError::Invalid(format!(
+                    "{} is required for kind = {kind:?}",
+                    key("url"),
+                )));
+            }
+            Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                return Err(ConfigError::Invalid(format!(
+                    "{} must be an http:// or https:// URL, got {url:?}",
+                    key("url")
+                )));
+            }
+            _ => {}
         }
         if self.concurrency == 0 {
             return Err(ConfigError::Invalid(format!(
@@ -340,7 +451,57 @@ impl BackendConfig {
         }
         Ok(())
     }
+
+    /// A `fallback` or `merge`: at least one member, each once, each a
+    /// configured or built-in backend that is not itself a list.
+    fn validate_members(
+        &self,
+        name: &str,
+        configured: &BTreeMap<String, BackendConfig>,
+    ) -> Result<(), ConfigError> {
+        let key = format!("search.backends.{name}.backends");
+        if self.backends.is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "{key} is required for kind = {:?}: the backends to {}",
+                self.kind.name(),
+                if self.kind == BackendKind::Fallback {
+                    "try in order"
+                } else {
+                    "ask at once"
+                }
+            )));
+        }
+        for (i, member) in self.backends.iter().enumerate() {
+            if self.backends[..i].contains(member) {
+                return Err(ConfigError::Invalid(format!(
+                    "{key} names `{member}` twice"
+                )));
+            }
+            match configured.get(member) {
+                Some(other) if matches!(other.kind, BackendKind::Fallback | BackendKind::Merge) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{key}: `{member}` is itself a {:?}; list its backends instead",
+                        other.kind.name()
+                    )));
+                }
+                Some(_) => {}
+                None if BUILT_IN_BACKENDS.contains(&member.as_str()) => {}
+                None => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{key}: `{member}` is neither a key of [search.backends] nor one of \
+                         the built-in {}",
+                        BUILT_IN_BACKENDS.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
 }
+
+/// Backends every server has without a `[search.backends]` entry (`dense`
+/// and `hybrid` when their index is built).
+pub const BUILT_IN_BACKENDS: &[&str] = &["tantivy", "dense", "hybrid"];
 
 #[cfg(test)]
 mod tests {
@@ -363,10 +524,26 @@ mod tests {
         )
         .unwrap();
         assert_eq!(config.search.default, "web");
-        assert_eq!(config.search.backends["web"].kind, BackendKind::Searxng);
+        assert_eq!(config.search.backends["web"].kind.name(), "searxng");
         assert_eq!(config.search.backends["web"].requests_per_second, 2);
         assert_eq!(config.search.backends["dense"].concurrency, 4);
         assert_eq!(config.search.index, SearchConfig::default().index);
+
+        // Providers with a public endpoint need no `url`; lists name members.
+        let config = load(
+            "[search]\ndefault = \"web\"\n\
+             [search.backends.brave]\nkind = \"brave\"\n\
+             [search.backends.google]\nkind = \"google\"\ncx = \"0123\"\n\
+             [search.backends.web]\nkind = \"fallback\"\nbackends = [\"brave\", \"google\", \"tantivy\"]\n",
+        )
+        .unwrap();
+        assert_eq!(config.search.backends["brave"].kind.name(), "brave");
+        assert_eq!(config.search.backends["brave"].url, None);
+        assert_eq!(config.search.backends["web"].kind, BackendKind::Fallback);
+        assert_eq!(
+            config.search.backends["web"].backends,
+            ["brave", "google", "tantivy"]
+        );
 
         for (text, needle) in [
             ("[search]\ndefault = \"nope\"\n", "search.default"),
@@ -378,7 +555,32 @@ mod tests {
                 "[search.backends.tantivy]\nkind = \"tantivy\"\nindex = \"x\"\n",
                 "built-in",
             ),
-            ("[search.backends.x]\nkind = \"google\"\n", "google"),
+            ("[search.backends.x]\nkind = \"altavista\"\n", "altavista"),
+            (
+                "[search.backends.x]\nkind = \"searxng\"\n",
+                "search.backends.x.url",
+            ),
+            (
+                "[search.backends.x]\nkind = \"fallback\"\n",
+                "search.backends.x.backends is required",
+            ),
+            (
+                "[search.backends.x]\nkind = \"merge\"\nbackends = [\"tantivy\", \"nope\"]\n",
+                "`nope` is neither",
+            ),
+            (
+                "[search.backends.x]\nkind = \"merge\"\nbackends = [\"tantivy\", \"tantivy\"]\n",
+                "twice",
+            ),
+            (
+                "[search.backends.x]\nkind = \"merge\"\nbackends = [\"y\"]\n\
+                 [search.backends.y]\nkind = \"fallback\"\nbackends = [\"tantivy\"]\n",
+                "itself a \"fallback\"",
+            ),
+            (
+                "[search.backends.x]\nkind = \"brave\"\nbackends = [\"tantivy\"]\n",
+                "search.backends.x.backends is for kind",
+            ),
             (
                 "[search.backends.x]\nkind = \"bing\"\nurl = \"http://h\"\napi_key = \"k\"\n",
                 "api_key",

@@ -75,14 +75,18 @@ impl Rollout<'_> {
         let mut fresh: HashMap<String, QueryResult> = missing.into_iter().zip(fresh).collect();
         let mut records = Vec::with_capacity(queries.len());
         for q in queries.iter() {
-            let (result, cached) = match fresh.remove(q) {
+            let (result, cached, failed_backends) = match fresh.remove(q) {
                 Some(r) => {
                     if let Ok(docs) = &r.result {
                         self.cache.insert(q.clone(), docs.clone());
                     }
-                    (r.result, r.cached)
+                    (r.result, r.cached, r.failed_backends)
                 }
-                None => (Ok(self.cache.get(q).cloned().unwrap_or_default()), true),
+                None => (
+                    Ok(self.cache.get(q).cloned().unwrap_or_default()),
+                    true,
+                    Vec::new(),
+                ),
             };
             let (documents, error, error_kind) = match result {
                 Ok(docs) => (docs, None, None),
@@ -96,6 +100,7 @@ impl Rollout<'_> {
                 error,
                 error_kind,
                 cached,
+                failed_backends,
             };
             self.emit(RolloutEvent::Results(record.clone())).await?;
             records.push(record);

@@ -188,6 +188,10 @@ pub struct QueryRecord {
     /// Answered from a cache: this request's (the same query earlier in the
     /// rollout) or the server's shared one (another request searched it).
     pub cached: bool,
+    /// Members of a `fallback` or `merge` backend that failed this query
+    /// (whether or not another answered).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failed_backends: Vec<crate::search::dispatch::BackendFailure>,
 }
 
 impl QueryRecord {

@@ -67,6 +67,16 @@ pub enum SearchError {
         /// How long the provider asked us to wait.
         retry_after: Option<Duration>,
     },
+    /// The provider refused the API key (401 or 403, or the provider's own
+    /// code for a bad key), with its message (never the key). Not retried:
+    /// the same key fails again.
+    #[error("search provider refused the API key: {0}")]
+    Auth(String),
+    /// The provider's quota or credits are spent (Tavily 432/433, Serper's
+    /// "Not enough credits", Exa 402, Google's daily limit): counted as
+    /// `rate_limited`, but not retried, since waiting a second does not help.
+    #[error("search provider quota exhausted: {0}")]
+    Quota(String),
     /// Any other non-success HTTP status, with the provider's own message
     /// (never the request's credentials).
     #[error("search provider answered HTTP {status}: {message}")]
@@ -92,13 +102,14 @@ fn retry_after_text(d: &Option<Duration>) -> String {
 
 impl SearchError {
     /// A short, bounded label for logs, traces and metrics: `backend`,
-    /// `timeout`, `rate_limited`, `http_status`, `connection`, `malformed`,
-    /// `unknown_backend`.
+    /// `timeout`, `rate_limited` (429 or a spent quota), `auth`,
+    /// `http_status`, `connection`, `malformed`, `unknown_backend`.
     pub fn kind(&self) -> &'static str {
         match self {
             SearchError::Backend(_) => "backend",
             SearchError::Timeout(_) => "timeout",
-            SearchError::RateLimited { .. } => "rate_limited",
+            SearchError::RateLimited { .. } | SearchError::Quota(_) => "rate_limited",
+            SearchError::Auth(_) => "auth",
             SearchError::Status { .. } => "http_status",
             SearchError::Connection(_) => "connection",
             SearchError::Malformed(_) => "malformed",

@@ -3,9 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::dispatch::{BackendLimits, DispatchConfig, Dispatcher};
-use super::{bm25, dense, embed, flashrag, hybrid, r1searcher, retriever, web, SearchBackend};
-use crate::config::{BackendKind, PagesConfig, SearchConfig};
+use super::dispatch::{BackendLimits, DispatchConfig, Dispatcher, ListMode};
+use super::{
+    bm25, dense, embed, flashrag, hybrid, r1searcher, retriever, web, SearchBackend, SearchError,
+};
+use crate::config::{BackendConfig, BackendKind, PagesConfig, SearchConfig};
 use crate::pages::PageReader;
 
 /// The dispatcher for a `[search]` config: the built-in `tantivy` index plus
@@ -14,8 +16,10 @@ use crate::pages::PageReader;
 /// too). `env` looks up API keys by the variable names the config gives.
 ///
 /// # Errors
-/// An index that does not open, a Bing backend whose key variable is unset
-/// (named in the message; the key itself never is), invalid `[pages]`.
+/// An index that does not open, a web provider whose key variable is unset
+/// (named in the message; the key itself never is) or that lacks a setting,
+/// a list naming a backend this server does not have (`dense` without its
+/// index), invalid `[pages]`.
 pub fn dispatcher_from_config(
     config: &SearchConfig,
     pages: &PagesConfig,
@@ -58,13 +62,17 @@ pub fn dispatcher_from_config(
     );
     let reader = PageReader::new(settings, Arc::clone(d.metrics()))?.with_corpus("tantivy", index);
     d.set_pages(reader);
+    d.set_kind("tantivy", "tantivy");
     for (name, b) in &config.backends {
+        if matches!(b.kind, BackendKind::Fallback | BackendKind::Merge) {
+            continue;
+        }
         let url = b.url.clone().unwrap_or_default();
         let limits = BackendLimits {
             concurrency: b.concurrency,
             requests_per_second: b.requests_per_second,
             retries: b.retries,
-            strip_html: matches!(b.kind, BackendKind::Bing | BackendKind::Searxng),
+            strip_html: matches!(b.kind, BackendKind::Web(p) if p.strip_html),
         };
         let backend: Arc<dyn SearchBackend> = match b.kind {
             BackendKind::Tantivy => {
@@ -74,30 +82,77 @@ pub fn dispatcher_from_config(
                     .expect("validated: tantivy backends have an index");
                 open(index)?
             }
-            BackendKind::Bing => {
-                let var = b.api_key_env.as_deref().unwrap_or("BING_SEARCH_KEY");
-                let key = env(var).filter(|k| !k.is_empty()).ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "search.backends.{name}: the Bing API key variable {var} is not set"
-                    )
-                })?;
-                let market = b.market.as_deref().unwrap_or("en-US");
-                Arc::new(
-                    web::BingBackend::new(&url, &key, market)
-                        .map_err(|e| anyhow::anyhow!("search.backends.{name}: {e}"))?,
-                )
-            }
-            BackendKind::Searxng => Arc::new(web::SearxngBackend::new(&url)),
+            BackendKind::Web(provider) => web_backend(name, b, provider, &env)?,
             BackendKind::Retriever => Arc::new(retriever::RetrieverBackend::new(&url)),
             BackendKind::Flashrag => Arc::new(flashrag::FlashragBackend::new(&url)),
             BackendKind::R1Searcher => Arc::new(r1searcher::R1SearcherBackend::new(&url)),
+            BackendKind::Fallback | BackendKind::Merge => unreachable!("skipped above"),
         };
-        tracing::info!(backend = %name, kind = ?b.kind, url = %url, "search backend configured");
+        let shown = match b.kind {
+            BackendKind::Web(p) => b.url.as_deref().or(p.default_url).unwrap_or_default(),
+            _ => url.as_str(),
+        };
+        tracing::info!(backend = %name, kind = b.kind.name(), url = %shown, "search backend configured");
         d.add(name, backend, limits);
+        d.set_kind(name, b.kind.name());
+    }
+    for (name, b) in &config.backends {
+        let mode = match b.kind {
+            BackendKind::Fallback => ListMode::Fallback,
+            BackendKind::Merge => ListMode::Merge,
+            _ => continue,
+        };
+        d.add_list(name, mode, b.backends.clone()).map_err(|e| {
+            let reason = match &e {
+                SearchError::UnknownBackend(member) => d
+                    .check_backend(member)
+                    .err()
+                    .unwrap_or_else(|| e.to_string()),
+                other => other.to_string(),
+            };
+            anyhow::anyhow!("search.backends.{name}.backends: {reason}")
+        })?;
+        tracing::info!(backend = %name, kind = b.kind.name(), members = %b.backends.join(", "), "search backend list configured");
     }
     d.set_default(&config.default)
         .map_err(|e| anyhow::anyhow!("search.default: {e}"))?;
     Ok(d)
+}
+
+/// The web provider backend `name` of `b`: its `url` or the provider's
+/// endpoint, the key from the variable `api_key_env` names (or the
+/// provider's default variable).
+fn web_backend(
+    name: &str,
+    b: &BackendConfig,
+    provider: &'static web::Provider,
+    env: &impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<Arc<dyn SearchBackend>> {
+    let key = match provider.key_env {
+        None => None,
+        Some(default) => {
+            let var = b.api_key_env.as_deref().unwrap_or(default);
+            Some(env(var).filter(|k| !k.is_empty()).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "search.backends.{name}: the {} API key variable {var} is not set",
+                    provider.name
+                )
+            })?)
+        }
+    };
+    let url = b
+        .url
+        .as_deref()
+        .or(provider.default_url)
+        .expect("validated: a provider without an endpoint has a url");
+    let settings = web::WebSettings {
+        url,
+        key: key.as_deref(),
+        market: b.market.as_deref(),
+        cx: b.cx.as_deref(),
+        page_text: b.page_text,
+    };
+    (provider.build)(&settings).map_err(|e| anyhow::anyhow!("search.backends.{name}: {e}"))
 }
 
 /// `dense` and `hybrid` from `[search.dense]`: served when the encoder loads
@@ -177,9 +232,11 @@ fn add_dense(
                 hybrid::HybridBackend::new(bm25, Arc::clone(&dense_backend), config.hybrid.clone());
             if !config.backends.contains_key("dense") {
                 d.add("dense", dense_backend, limits.clone());
+                d.set_kind("dense", "dense");
             }
             if !config.backends.contains_key("hybrid") {
                 d.add("hybrid", Arc::new(hybrid), limits);
+                d.set_kind("hybrid", "hybrid");
             }
         }
         Err(e) => {

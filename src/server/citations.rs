@@ -231,6 +231,7 @@ mod tests {
                 error: None,
                 error_kind: None,
                 cached: false,
+                failed_backends: Vec::new(),
             })
             .collect();
         RolloutOutcome {

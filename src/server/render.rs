@@ -130,6 +130,7 @@ impl ChunkWriter {
                     error: r.error,
                     error_kind: r.error_kind,
                     cached: r.cached,
+                    failed_backends: r.failed_backends,
                 }),
             ),
             RolloutEvent::OpenPage(p) => (
@@ -415,6 +416,7 @@ mod tests {
             error: None,
             error_kind: None,
             cached: true,
+            failed_backends: Vec::new(),
         })));
         assert_eq!(
             results["seeker"],
@@ -432,6 +434,7 @@ mod tests {
             error: Some("timed out".into()),
             error_kind: Some("timeout"),
             cached: false,
+            failed_backends: Vec::new(),
         })));
         assert_eq!(failed["seeker"]["event"]["error"], "timed out");
         assert_eq!(failed["seeker"]["event"]["error_kind"], "timeout");

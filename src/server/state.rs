@@ -168,6 +168,7 @@ impl AppState {
                 .into_iter()
                 .map(str::to_string)
                 .collect(),
+            search_backend_kinds: self.search.backend_kinds(),
             default_search_backend: self.search.default_backend().to_string(),
             max_tokens: self.generation.max_tokens,
             max_tokens_limit: self.generation.max_tokens_limit,

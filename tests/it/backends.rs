@@ -261,11 +261,10 @@ async fn a_wrong_key_is_an_error_that_never_shows_the_key() {
     let e = error(&results[0]);
     assert_eq!(
         e,
-        &SearchError::Status {
-            status: 401,
-            message: "InvalidAuthorization: missing or wrong key".into()
-        }
+        &SearchError::Auth("HTTP 401: InvalidAuthorization: missing or wrong key".into())
     );
+    assert_eq!(e.kind(), "auth");
+    assert!(!e.is_retryable(), "the same key fails again");
     assert!(!format!("{e:?}").contains(wrong));
 }
 
@@ -887,14 +886,12 @@ fn backends_come_from_the_config_and_a_missing_key_names_its_variable() {
     let dir = tempfile::tempdir().unwrap();
     small_index(dir.path());
     let bing = BackendConfig {
-        kind: BackendKind::Bing,
         url: Some("http://127.0.0.1:9/v7.0/search".into()),
-        index: None,
         api_key_env: Some("MY_BING_KEY".into()),
-        market: None,
         concurrency: 2,
         requests_per_second: 3,
         retries: 1,
+        ..BackendConfig::of(BackendKind::named("bing").unwrap())
     };
     let config = SearchConfig {
         index: dir.path().join("index"),
@@ -946,14 +943,10 @@ fn dense_without_an_index_says_how_to_build_it_and_a_configured_dense_wins() {
     );
 
     let remote = BackendConfig {
-        kind: BackendKind::Retriever,
         url: Some("http://127.0.0.1:9/retrieve".into()),
-        index: None,
-        api_key_env: None,
-        market: None,
         concurrency: 2,
-        requests_per_second: 0,
         retries: 0,
+        ..BackendConfig::of(BackendKind::Retriever)
     };
     let config = SearchConfig {
         backends: [("dense".to_string(), remote)].into(),

@@ -11,6 +11,9 @@
 //!   the loop.
 //! - `backends`: the dispatcher and every search backend (tantivy index, web
 //!   APIs against fake servers, a real searx, the retriever protocol).
+//! - `web`: every web search provider's shape and errors against an
+//!   in-test server, through the config, the dispatcher and the real
+//!   binary; `fallback` and `merge`; keys kept out of every output.
 //! - `client_tools`: functions the client runs (`tools`, `tool_calls`, `tool`
 //!   messages) through the router.
 //! - `http`: the API surface through the router, no model needed.
@@ -66,3 +69,4 @@ mod splice;
 mod startup;
 mod stops;
 mod tools;
+mod web;

@@ -139,6 +139,10 @@ pub enum SeekerEvent {
         error_kind: Option<&'static str>,
         /// Answered from this request's cache or the server's shared cache.
         cached: bool,
+        /// Members of a `fallback` or `merge` backend that failed this
+        /// query, in the order asked (absent when none did).
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        failed_backends: Vec<crate::search::dispatch::BackendFailure>,
     },
     /// A page action: what the model asked to open and what was read
     /// (`url` after redirects, or the corpus document's id), in how many
@@ -202,6 +206,9 @@ pub struct ModelObject {
     pub policies: Vec<String>,
     /// Every search backend a request may name in `search.backend`.
     pub search_backends: Vec<String>,
+    /// Each backend's kind by name (`tantivy`, `dense`, `hybrid`, a web
+    /// provider such as `brave`, `fallback`, `merge`, a retriever protocol).
+    pub search_backend_kinds: std::collections::BTreeMap<String, String>,
     /// The backend of requests that name none.
     pub default_search_backend: String,
     /// `max_tokens` of a request that sets none.

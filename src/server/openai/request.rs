@@ -189,9 +189,9 @@ pub struct StreamOptions {
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchOptions {
-    /// A configured backend's name (`tantivy`, `[search.backends.NAME]`;
-    /// `/v1/models` does not list them: see the server's config) instead of
-    /// the server's default backend.
+    /// A configured backend's name (`tantivy`, `dense`, `hybrid`, a
+    /// `[search.backends.NAME]`; `/v1/models` lists them with their kinds)
+    /// instead of the server's default backend.
     #[serde(default)]
     pub backend: Option<String>,
     /// Documents per query, 1 to 50, instead of the profile's top-k.

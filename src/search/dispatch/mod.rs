@@ -16,6 +16,15 @@
 //!
 //! Results come back in query order, one per query; a failure is that query's
 //! alone. Dropping the round's future drops every in-flight backend call.
+//!
+//! A backend may also be a list of others ([`ListMode`]): a `fallback` asks
+//! its members in order, each within an equal share of what is left of the
+//! query's deadline, until one answers; a `merge` asks them all at once and
+//! fuses their lists by reciprocal rank (k = 60, Cormack et al., SIGIR 2009),
+//! one document per normalised URL. Each member call goes through that
+//! member's own cache, limits and retries; a member's failure is counted
+//! under its own name and reported with the query's result
+//! ([`QueryResult::failed_backends`]).
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
@@ -31,6 +40,9 @@ use super::clean::{collapse_whitespace, strip_html, truncate_chars};
 use super::{Document, SearchBackend, SearchError};
 use crate::metrics::Metrics;
 use crate::pages::PageReader;
+
+mod lists;
+pub use lists::{fuse, normalise_url, BackendFailure, ListMode, MERGE_RRF_K};
 
 /// First retry delay before jitter; doubles per attempt.
 const BACKOFF_BASE: Duration = Duration::from_millis(100);
@@ -101,6 +113,19 @@ pub struct QueryResult {
     pub result: Result<Vec<Document>, SearchError>,
     /// Served from the shared cache (another request searched it).
     pub cached: bool,
+    /// Members of a `fallback` or `merge` that failed for this query (in
+    /// the order asked), whether or not another one answered.
+    pub failed_backends: Vec<BackendFailure>,
+}
+
+impl QueryResult {
+    pub(crate) fn of(result: Result<Vec<Document>, SearchError>, cached: bool) -> Self {
+        Self {
+            result,
+            cached,
+            failed_backends: Vec::new(),
+        }
+    }
 }
 
 struct Limited {
@@ -134,6 +159,11 @@ fn cache_entry_bytes(key: &CacheKey, docs: &[Document]) -> usize {
 /// Owns the configured backends and the shared cache; see the module docs.
 pub struct Dispatcher {
     backends: BTreeMap<String, Arc<Limited>>,
+    /// Backend lists: name → how and which members (each in `backends`).
+    lists: BTreeMap<String, (ListMode, Vec<String>)>,
+    /// What each backend is (`tantivy`, `brave`, `fallback`, …), for
+    /// `/v1/models`; a backend added without one is `custom`.
+    kinds: BTreeMap<String, String>,
     /// Built-in backends that could not start, with why (not listed, not
     /// served; a request naming one is told the reason).
     unavailable: BTreeMap<String, String>,
@@ -175,6 +205,8 @@ impl Dispatcher {
         });
         Self {
             backends: BTreeMap::new(),
+            lists: BTreeMap::new(),
+            kinds: BTreeMap::new(),
             unavailable: BTreeMap::new(),
             default: String::new(),
             config,
@@ -234,12 +266,55 @@ impl Dispatcher {
         }
     }
 
+    /// Adds (or replaces) a backend list `name` over `members`.
+    ///
+    /// # Errors
+    /// [`SearchError::UnknownBackend`] naming the first member that is not a
+    /// backend of this dispatcher (a list is not a member).
+    pub fn add_list(
+        &mut self,
+        name: &str,
+        mode: ListMode,
+        members: Vec<String>,
+    ) -> Result<(), SearchError> {
+        if let Some(missing) = members.iter().find(|m| !self.backends.contains_key(*m)) {
+            return Err(SearchError::UnknownBackend(missing.clone()));
+        }
+        self.backends.remove(name);
+        self.lists.insert(name.to_string(), (mode, members));
+        let kind = match mode {
+            ListMode::Fallback => "fallback",
+            ListMode::Merge => "merge",
+        };
+        self.set_kind(name, kind);
+        if self.default.is_empty() {
+            self.default = name.to_string();
+        }
+        Ok(())
+    }
+
+    /// Records what backend `name` is (`tantivy`, `brave`, …).
+    pub fn set_kind(&mut self, name: &str, kind: &str) {
+        self.kinds.insert(name.to_string(), kind.to_string());
+    }
+
+    /// Each backend's kind, by name (`custom` where none was recorded).
+    pub fn backend_kinds(&self) -> BTreeMap<String, String> {
+        self.backend_names()
+            .into_iter()
+            .map(|n| {
+                let kind = self.kinds.get(n).map_or("custom", String::as_str);
+                (n.to_string(), kind.to_string())
+            })
+            .collect()
+    }
+
     /// Makes `name` the backend of requests that name none.
     ///
     /// # Errors
     /// [`SearchError::UnknownBackend`] when no backend has that name.
     pub fn set_default(&mut self, name: &str) -> Result<(), SearchError> {
-        if !self.backends.contains_key(name) {
+        if !self.has_backend(name) {
             return Err(SearchError::UnknownBackend(name.to_string()));
         }
         self.default = name.to_string();
@@ -258,14 +333,21 @@ impl Dispatcher {
         name.unwrap_or(&self.default)
     }
 
-    /// Configured backend names, sorted.
+    /// Configured backend names (lists too), sorted.
     pub fn backend_names(&self) -> Vec<&str> {
-        self.backends.keys().map(String::as_str).collect()
+        let mut names: Vec<&str> = self
+            .backends
+            .keys()
+            .chain(self.lists.keys())
+            .map(String::as_str)
+            .collect();
+        names.sort_unstable();
+        names
     }
 
-    /// Whether a backend of that name is configured.
+    /// Whether a backend (or list) of that name is configured.
     pub fn has_backend(&self, name: &str) -> bool {
-        self.backends.contains_key(name)
+        self.backends.contains_key(name) || self.lists.contains_key(name)
     }
 
     /// Records that the backend `name` cannot serve, and why: it is not
@@ -318,32 +400,34 @@ impl Dispatcher {
         k: usize,
     ) -> Vec<QueryResult> {
         let name = self.resolve(backend);
-        let Some(limited) = self.backends.get(name) else {
+        let list = self.lists.get(name);
+        let single = self.backends.get(name);
+        if list.is_none() && single.is_none() {
             let error = SearchError::UnknownBackend(name.to_string());
             return queries
                 .iter()
-                .map(|_| QueryResult {
-                    result: Err(error.clone()),
-                    cached: false,
-                })
+                .map(|_| QueryResult::of(Err(error.clone()), false))
                 .collect();
-        };
+        }
         let round_deadline = Instant::now() + self.config.round_timeout;
         let searches = queries.iter().map(|q| {
             let deadline = round_deadline.min(Instant::now() + self.config.query_timeout);
             let limit = deadline.saturating_duration_since(Instant::now());
             async move {
-                match tokio::time::timeout_at(
-                    deadline,
-                    self.search_one(name, limited, q, k, deadline),
-                )
-                .await
-                {
+                let search = async {
+                    match (list, single) {
+                        (Some((mode, members)), _) => {
+                            self.search_list(*mode, members, q, k, deadline).await
+                        }
+                        (None, Some(limited)) => {
+                            self.search_one(name, limited, q, k, deadline).await
+                        }
+                        (None, None) => unreachable!("checked above"),
+                    }
+                };
+                match tokio::time::timeout_at(deadline, search).await {
                     Ok(result) => result,
-                    Err(_) => QueryResult {
-                        result: Err(SearchError::Timeout(limit)),
-                        cached: false,
-                    },
+                    Err(_) => QueryResult::of(Err(SearchError::Timeout(limit)), false),
                 }
             }
         });
@@ -351,14 +435,18 @@ impl Dispatcher {
         let results = futures::future::join_all(searches).await;
         for r in &results {
             if let Err(e) = &r.result {
-                self.metrics
-                    .search_errors
-                    .with_label_values(&[name, e.kind()])
-                    .inc();
-                tracing::warn!(backend = name, kind = e.kind(), error = %e, "search failed");
+                self.count_failure(name, e);
             }
         }
         results
+    }
+
+    fn count_failure(&self, name: &str, e: &SearchError) {
+        self.metrics
+            .search_errors
+            .with_label_values(&[name, e.kind()])
+            .inc();
+        tracing::warn!(backend = name, kind = e.kind(), error = %e, "search failed");
     }
 
     async fn search_one(
@@ -381,10 +469,7 @@ impl Dispatcher {
             Ok::<_, SearchError>(Arc::new(self.tidy(name, limited, docs)))
         };
         let Some(cache) = &self.cache else {
-            return QueryResult {
-                result: fetch.await.map(|d| d.as_ref().clone()),
-                cached: false,
-            };
+            return QueryResult::of(fetch.await.map(|d| d.as_ref().clone()), false);
         };
         let key = (name.to_string(), k, normalise_query(query));
         match cache.entry(key).or_try_insert_with(fetch).await {
@@ -396,15 +481,9 @@ impl Dispatcher {
                         .with_label_values(&[name])
                         .inc();
                 }
-                QueryResult {
-                    result: Ok(entry.into_value().as_ref().clone()),
-                    cached,
-                }
+                QueryResult::of(Ok(entry.into_value().as_ref().clone()), cached)
             }
-            Err(e) => QueryResult {
-                result: Err(e.as_ref().clone()),
-                cached: false,
-            },
+            Err(e) => QueryResult::of(Err(e.as_ref().clone()), false),
         }
     }
 

@@ -1,0 +1,97 @@
+//! Serper (Google results).
+//!
+//! Request: `POST {url}` with `X-API-KEY: KEY` and JSON `{"q", "num"}`.
+//! Response: `organic[].{title, link, snippet, position}` beside
+//! `answerBox`, `knowledgeGraph` and `peopleAlsoAsk`, which are not read.
+//! Errors: `{"message", "statusCode"}`: a bad key is 403 "Unauthorized.",
+//! spent credits 400 "Not enough credits". Source: serper.dev's playground
+//! and API examples (the shape DeepResearcher's and WebThinker's Serper
+//! clients read: `organic[].{title, link, snippet}`).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use reqwest::header::HeaderValue;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{
+    json_message, parse_json, read_body_as, transport_error, web_document, Provider, WebSettings,
+};
+use crate::search::{Document, SearchBackend, SearchError};
+
+/// `kind = "serper"`.
+pub(super) const PROVIDER: Provider = Provider {
+    kind: "serper",
+    name: "Serper (Google results)",
+    default_url: Some("https://google.serper.dev/search"),
+    key_env: Some("SERPER_API_KEY"),
+    strip_html: false,
+    document_text: "`snippet`",
+    build: |s| Ok(Arc::new(SerperBackend::new(s)?)),
+};
+
+/// Serper (see the module documentation).
+pub struct SerperBackend {
+    client: reqwest::Client,
+    url: String,
+    key: HeaderValue,
+}
+
+impl SerperBackend {
+    /// A backend on `settings.url` with `settings.key`.
+    ///
+    /// # Errors
+    /// No key, or one a header cannot hold.
+    pub fn new(settings: &WebSettings<'_>) -> Result<Self, String> {
+        Ok(Self {
+            client: super::http_client(),
+            url: settings.url.to_string(),
+            key: settings.key_header("Serper")?,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct SerperResponse {
+    #[serde(default)]
+    organic: Vec<SerperResult>,
+}
+
+#[derive(Deserialize)]
+struct SerperResult {
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    link: String,
+    #[serde(default)]
+    snippet: String,
+}
+
+fn classify(status: u16, message: &str) -> Option<SearchError> {
+    let lower = message.to_lowercase();
+    (status == 400 && lower.contains("credits"))
+        .then(|| SearchError::Quota(format!("HTTP {status}: {message}")))
+}
+
+#[async_trait]
+impl SearchBackend for SerperBackend {
+    async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
+        let response = self
+            .client
+            .post(&self.url)
+            .header("X-API-KEY", self.key.clone())
+            .json(&json!({"q": query, "num": k.clamp(1, 100)}))
+            .send()
+            .await
+            .map_err(transport_error)?;
+        let body = read_body_as(response, |b| json_message(b, &["message"]), classify).await?;
+        let parsed: SerperResponse = parse_json(&body)?;
+        Ok(parsed
+            .organic
+            .into_iter()
+            .take(k)
+            .map(|r| web_document(r.title, r.link, r.snippet))
+            .collect())
+    }
+}
