@@ -181,7 +181,7 @@ pub struct QueryRecord {
     /// Why the search failed, if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Why the search failed, as a bounded label (`timeout`, `rate_limited`,
+    /// Why the search failed, as a bounded label (`timeout`, `rate_limited`, `auth`,
     /// `http_status`, `connection`, `malformed`, `backend`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<&'static str>,

@@ -133,7 +133,7 @@ pub enum SeekerEvent {
         documents: Vec<SearchHit>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error: Option<String>,
-        /// Bounded failure label: `timeout`, `rate_limited`, `http_status`,
+        /// Bounded failure label: `timeout`, `rate_limited`, `auth`, `http_status`,
         /// `connection`, `malformed`, `backend`.
         #[serde(skip_serializing_if = "Option::is_none")]
         error_kind: Option<&'static str>,
