@@ -154,42 +154,140 @@ pub(crate) async fn guard(
 }
 
 /// The answer to a JSON-RPC message the SDK would misread, or `None` to
-/// pass it on: a request whose `id` is not a string or an integer (JSON-RPC
-/// 2.0 §4, MCP's `RequestId`, an integer within i64; an object, array,
-/// fraction, null or larger id was
-/// taken for a notification and answered with an empty 202) gets -32600
-/// Invalid Request (HTTP 400); a `tools/call` whose `arguments` is not an
-/// object gets -32602 Invalid params (it was -32601, "method not found").
+/// pass it on (JSON-RPC 2.0 §4–5, MCP 2025-06-18 "Base Protocol"):
+/// - -32600 Invalid Request (HTTP 400, `id` null unless the message's own
+///   is valid): a batch (an array: MCP 2025-06-18 removed JSON-RPC
+///   batching), a message that is not an object or names a key twice (the
+///   SDK answered a repeated `id` with an empty 202), `jsonrpc` other than
+///   `"2.0"`, a `method` that is not a string, neither a `method` nor a
+///   `result`/`error` (not a request, a notification or a response), an
+///   `id` that is not a string or an integer within i64 (MCP's `RequestId`;
+///   an object, array, fraction, null or larger id was taken for a
+///   notification and answered with an empty 202);
+/// - -32602 Invalid params (HTTP 200, with the request's id): `params` that
+///   is not an object, or a `tools/call` whose `arguments` is not an object
+///   (it was -32601, "method not found").
+///
+/// Before these, every such message got -32700 "parse error", which says
+/// the body was not JSON.
 fn malformed(body: &[u8]) -> Option<Response> {
     let message: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let object = message.as_object()?;
-    object.get("method")?;
-    let id = object.get("id")?;
+    let error = |id: &serde_json::Value, code: i32, message: &str| {
+        let status = if code == -32600 {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::OK
+        };
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": id,
+            "error": {"code": code, "message": message}});
+        Some((status, axum::Json(body)).into_response())
+    };
+    let null = serde_json::Value::Null;
+    let Some(object) = message.as_object() else {
+        let why = if message.is_array() {
+            "invalid request: batches are not supported (MCP 2025-06-18 removed JSON-RPC \
+             batching); send one message per request"
+        } else {
+            "invalid request: a JSON-RPC message is an object"
+        };
+        return error(&null, -32600, why);
+    };
+    if let Some(key) = repeated_key(body) {
+        return error(
+            &null,
+            -32600,
+            &format!("invalid request: the message names `{key}` twice"),
+        );
+    }
     // rmcp reads integer ids as i64: a larger one was taken for a
     // notification too.
-    let valid_id = id.is_string() || id.is_i64();
-    let error = |id: serde_json::Value, code: i32, message: &str| serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}});
-    if !valid_id {
-        let body = error(
-            serde_json::Value::Null,
+    let id = object.get("id");
+    let valid_id = id.filter(|id| id.is_string() || id.is_i64());
+    let reply_id = valid_id.unwrap_or(&null);
+    if object.get("jsonrpc").and_then(|v| v.as_str()) != Some("2.0") {
+        return error(
+            reply_id,
             -32600,
-            "invalid request: `id` must be a string or an integer (a message without `id` is a notification)",
+            "invalid request: `jsonrpc` must be \"2.0\"",
         );
-        return Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response());
     }
-    let arguments = object
-        .get("params")
+    match object.get("method") {
+        Some(method) if !method.is_string() => {
+            return error(
+                reply_id,
+                -32600,
+                "invalid request: `method` must be a string",
+            )
+        }
+        Some(_) => {}
+        // A response to the server: passed on.
+        None if object.contains_key("result") || object.contains_key("error") => return None,
+        None => {
+            return error(
+                reply_id,
+                -32600,
+                "invalid request: `method` is missing (a request or notification names its \
+                 method; a response carries `result` or `error`)",
+            )
+        }
+    }
+    let Some(id) = id else {
+        // A notification: nothing is answered, whatever its params.
+        return None;
+    };
+    if valid_id.is_none() {
+        return error(
+            &null,
+            -32600,
+            "invalid request: `id` must be a string or an integer (a message without `id` is a \
+             notification)",
+        );
+    }
+    let params = object.get("params").filter(|p| !p.is_null());
+    if params.is_some_and(|p| !p.is_object()) {
+        return error(id, -32602, "invalid params: `params` must be an object");
+    }
+    let arguments = params
         .and_then(|p| p.get("arguments"))
         .filter(|a| !a.is_object() && !a.is_null());
     if object.get("method").and_then(|m| m.as_str()) == Some("tools/call") && arguments.is_some() {
-        let body = error(
-            id.clone(),
+        return error(
+            id,
             -32602,
             "invalid params: `arguments` must be an object of the tool's parameters",
         );
-        return Some((StatusCode::OK, axum::Json(body)).into_response());
     }
     None
+}
+
+/// The first top-level key a JSON object names twice (`serde_json` keeps
+/// the last silently); `None` for none, or for a body that is no object.
+fn repeated_key(body: &[u8]) -> Option<String> {
+    struct Keys;
+    impl<'de> serde::de::Visitor<'de> for Keys {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            let mut repeated = None;
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                if !seen.insert(key.clone()) && repeated.is_none() {
+                    repeated = Some(key);
+                }
+            }
+            Ok(repeated)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde::Deserializer::deserialize_map(&mut de, Keys)
+        .ok()
+        .flatten()
 }
 
 /// Whether `headers` declare a JSON body.

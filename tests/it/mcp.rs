@@ -274,6 +274,44 @@ async fn malformed_ids_and_arguments_get_json_rpc_errors() {
         assert_eq!(v["error"]["code"], -32602, "{arguments}: {text}");
         assert_eq!(v["id"], "x7");
     }
+    // Messages that are JSON but no valid request: -32600 (they got
+    // -32700, "not JSON", or an empty 202), with the id when it is valid.
+    for (body, id) in [
+        (
+            r#"[{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]"#,
+            Value::Null,
+        ),
+        (r#""tools/list""#, Value::Null),
+        (
+            r#"{"jsonrpc": "2.0", "id": 1, "id": 2, "method": "tools/list"}"#,
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc": "1.0", "id": 5, "method": "tools/list"}"#,
+            json!(5),
+        ),
+        (r#"{"id": 5, "method": "tools/list"}"#, json!(5)),
+        (r#"{"jsonrpc": "2.0", "id": 5}"#, json!(5)),
+        (r#"{"jsonrpc": "2.0", "id": 5, "method": 3}"#, json!(5)),
+    ] {
+        let (status, _, text) = call(Arc::clone(&state), "POST", &headers, body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{body}: {text}");
+        assert_eq!(v["id"], id, "{body}: {text}");
+    }
+    for params in [json!("x"), json!([1])] {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": params});
+        let (status, _, text) = call(Arc::clone(&state), "POST", &headers, &body.to_string()).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["error"]["code"], -32602, "{params}: {text}");
+        assert_eq!(v["id"], 9);
+    }
+    // A response to the server (result, no method) is passed on.
+    let response = json!({"jsonrpc": "2.0", "id": 3, "result": {}});
+    let (status, _, text) = call(Arc::clone(&state), "POST", &headers, &response.to_string()).await;
+    assert!(status.is_success(), "{status}: {text}");
     // A notification (no id) is still a 202, a string id still answered.
     let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let (status, _, _) = call(Arc::clone(&state), "POST", &headers, &note.to_string()).await;

@@ -239,34 +239,58 @@ pub(super) fn template_calls(
         .collect()
 }
 
-/// Checks that every tool message answers a call: it follows an assistant
-/// message with `tool_calls` (other tool messages between them allowed),
-/// and its `tool_call_id` is the `id` of one of that message's calls (when
-/// the calls carry ids). OpenAI's API refuses both mistakes alike; a
-/// template would otherwise render a result under the wrong call.
+/// Checks that every tool message answers a call and every call is
+/// answered: a tool message follows an assistant message with `tool_calls`
+/// (other tool messages between them allowed), its `tool_call_id` is the
+/// `id` of one of that message's calls (when the calls carry ids), and each
+/// such id has its tool message before the next message of another role or
+/// the end. OpenAI's API refuses all three mistakes alike ("An assistant
+/// message with 'tool_calls' must be followed by tool messages responding to
+/// each 'tool_call_id'"); a template would otherwise render a result under
+/// the wrong call, and an unanswered call would be dropped with its message.
 ///
 /// # Errors
-/// A 400 naming `messages[i]` (no call before it) or
-/// `messages[i].tool_call_id` (an id of no call), with the ids it could be.
+/// A 400 naming `messages[i]` (no call before it),
+/// `messages[i].tool_call_id` (an id of no call), with the ids it could be,
+/// or `messages[j].tool_calls` (a call no tool message answers).
 pub(super) fn check_tool_answers(turns: &[ChatTurn]) -> Result<(), ApiError> {
-    // The assistant message whose calls the tool messages answer, and its
-    // call ids.
-    let mut open: Option<(usize, Vec<&str>)> = None;
+    // The assistant message whose calls the tool messages answer, its call
+    // ids, and which of them are answered.
+    let mut open: Option<(usize, Vec<&str>, Vec<bool>)> = None;
+    let unanswered = |open: &Option<(usize, Vec<&str>, Vec<bool>)>| -> Result<(), ApiError> {
+        let Some((j, ids, answered)) = open else {
+            return Ok(());
+        };
+        match ids.iter().zip(answered).find(|(_, a)| !**a) {
+            Some((id, _)) => Err(ApiError::invalid_field(
+                &format!("messages[{j}].tool_calls"),
+                format!(
+                    "the call `{}` of messages[{j}] has no tool message answering it: each \
+                     call needs a `tool` message with its `tool_call_id` after the assistant \
+                     message (or send the assistant message without the call)",
+                    super::super::error::clip(id)
+                ),
+            )),
+            None => Ok(()),
+        }
+    };
     for (i, turn) in turns.iter().enumerate() {
         match turn.role {
             Role::Assistant => {
+                unanswered(&open)?;
                 open = (!turn.tool_calls.is_empty()).then(|| {
-                    let ids = turn
+                    let ids: Vec<&str> = turn
                         .tool_calls
                         .iter()
                         .filter_map(|c| c["id"].as_str())
                         .filter(|id| !id.is_empty())
                         .collect();
-                    (i, ids)
+                    let answered = vec![false; ids.len()];
+                    (i, ids, answered)
                 });
             }
             Role::Tool => {
-                let Some((j, ids)) = &open else {
+                let Some((j, ids, answered)) = &mut open else {
                     return Err(ApiError::invalid_field(
                         &format!("messages[{i}]"),
                         format!(
@@ -276,19 +300,28 @@ pub(super) fn check_tool_answers(turns: &[ChatTurn]) -> Result<(), ApiError> {
                     ));
                 };
                 let id = turn.tool_call_id.as_deref().unwrap_or_default();
-                if !ids.is_empty() && !ids.contains(&id) {
-                    return Err(ApiError::invalid_field(
-                        &format!("messages[{i}].tool_call_id"),
-                        format!(
-                            "`{}` is the id of no call of messages[{j}] (its calls: {})",
-                            super::super::error::clip(id),
-                            ids.join(", ")
-                        ),
-                    ));
+                if ids.is_empty() {
+                    continue;
+                }
+                match ids.iter().position(|c| *c == id) {
+                    Some(k) => answered[k] = true,
+                    None => {
+                        return Err(ApiError::invalid_field(
+                            &format!("messages[{i}].tool_call_id"),
+                            format!(
+                                "`{}` is the id of no call of messages[{j}] (its calls: {})",
+                                super::super::error::clip(id),
+                                ids.join(", ")
+                            ),
+                        ));
+                    }
                 }
             }
-            _ => open = None,
+            _ => {
+                unanswered(&open)?;
+                open = None;
+            }
         }
     }
-    Ok(())
+    unanswered(&open)
 }
