@@ -77,14 +77,17 @@ pub(crate) fn normalise(names: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The `Host` of `request` as sent (port included): the header, or the
-/// URI's authority (HTTP/2's `:authority`).
+/// The host `request` is for, as sent (port included): the request
+/// target's authority when it has one (HTTP/1.1's absolute form, whose
+/// `Host` a server must ignore, RFC 9112 §3.2.2; HTTP/2's `:authority`),
+/// else the `Host` header.
 pub(crate) fn host_of(request: &Request) -> Option<&str> {
-    request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| request.uri().authority().map(|a| a.as_str()))
+    request.uri().authority().map(|a| a.as_str()).or_else(|| {
+        request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+    })
 }
 
 /// The name part of a `Host` value: port, IPv6 brackets and the root's
@@ -161,6 +164,19 @@ pub(crate) async fn check(
     request: Request,
     next: Next,
 ) -> Response {
+    // RFC 9112 §3.2: a request with more than one Host is a 400 (which one
+    // a check reads and which one a proxy forwards could differ).
+    let hosts = request.headers().get_all(header::HOST).iter().count();
+    if hosts > 1 {
+        return refuse(
+            &state,
+            "host",
+            ApiError::invalid_field(
+                "Host",
+                format!("the request names {hosts} Host headers; send one (RFC 9112 §3.2)"),
+            ),
+        );
+    }
     let host = host_of(&request);
     if let (Some(allowed), Some(host)) = (&state.allowed_hosts, host) {
         if let Err(e) = check_host(

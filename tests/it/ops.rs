@@ -369,6 +369,38 @@ async fn a_rebinding_host_or_a_foreign_origin_is_refused_on_every_route() {
     assert_eq!(status, 200);
 }
 
+/// What a server answers a raw HTTP/1.1 request: its status line's code.
+async fn raw_status(url: &str, request: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = url.trim_start_matches("http://");
+    let mut tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut head = vec![0u8; 12];
+    tcp.read_exact(&mut head).await.unwrap();
+    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+}
+
+/// Issue 48: a request with two `Host` headers is a 400 (RFC 9112 §3.2: a
+/// check and a proxy could read different ones), and an absolute-form
+/// request target's authority is the host checked, whatever `Host` says
+/// (RFC 9112 §3.2.2).
+#[tokio::test]
+async fn two_hosts_are_refused_and_an_absolute_target_names_the_host() {
+    let server = Server::simple(ScriptedEngine::new(script()), ServerConfig::default()).await;
+    let port = server.url.rsplit(':').next().unwrap().to_string();
+    let two = format!(
+        "GET /health HTTP/1.1\r\nHost: localhost:{port}\r\nHost: rebind.attacker.example\r\n\r\n"
+    );
+    assert_eq!(raw_status(&server.url, &two).await, 400);
+    let absolute = format!(
+        "GET http://rebind.attacker.example:{port}/health HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n"
+    );
+    assert_eq!(raw_status(&server.url, &absolute).await, 403);
+    let own =
+        format!("GET http://localhost:{port}/health HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n");
+    assert_eq!(raw_status(&server.url, &own).await, 200);
+}
+
 #[tokio::test]
 async fn cors_is_off_by_default_and_allows_only_configured_origins() {
     let client = reqwest::Client::new();
