@@ -64,6 +64,13 @@ pub struct Metrics {
     pub search_retries: IntCounterVec,
     /// `seeker_search_cache_hits_total{backend}`: queries served by the shared cache.
     pub search_cache_hits: IntCounterVec,
+    /// `seeker_search_cache_entries`: result lists the shared search cache
+    /// holds (read when `/metrics` is scraped).
+    pub search_cache_entries: IntGauge,
+    /// `seeker_search_cache_bytes`: bytes the shared search cache holds,
+    /// queries and documents counted (`search.cache_max_bytes` bounds it;
+    /// read when `/metrics` is scraped).
+    pub search_cache_bytes: IntGauge,
     /// `seeker_page_fetches_total{outcome}`: pages a page action asked for:
     /// `ok` (a web page fetched), `cached` (a web page the page cache
     /// answered), `corpus` (a corpus document opened), or why
@@ -340,6 +347,16 @@ impl Metrics {
                 "Remote engine replicas not marked down.",
             )
             .expect("valid gauge"),
+            search_cache_entries: IntGauge::new(
+                "seeker_search_cache_entries",
+                "Result lists the shared search cache holds.",
+            )
+            .expect("valid gauge"),
+            search_cache_bytes: IntGauge::new(
+                "seeker_search_cache_bytes",
+                "Bytes the shared search cache holds, queries and documents counted.",
+            )
+            .expect("valid gauge"),
         };
         let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
             Box::new(m.http_requests.clone()),
@@ -358,6 +375,8 @@ impl Metrics {
             Box::new(m.search_errors.clone()),
             Box::new(m.search_retries.clone()),
             Box::new(m.search_cache_hits.clone()),
+            Box::new(m.search_cache_entries.clone()),
+            Box::new(m.search_cache_bytes.clone()),
             Box::new(m.page_fetches.clone()),
             Box::new(m.page_fetch_duration.clone()),
             Box::new(m.page_bytes.clone()),

@@ -268,6 +268,15 @@ fn cors(origins: &[String]) -> Option<CorsLayer> {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain")))]
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let (entries, bytes) = state.search.cache_usage().await;
+    state
+        .metrics
+        .search_cache_entries
+        .set(i64::try_from(entries).unwrap_or(i64::MAX));
+    state
+        .metrics
+        .search_cache_bytes
+        .set(i64::try_from(bytes).unwrap_or(i64::MAX));
     (
         [(
             header::CONTENT_TYPE,
