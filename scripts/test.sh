@@ -4,11 +4,16 @@
 #    generates the small PhantomWiki universe (scripts/phantomwiki.sh --size 500);
 # 2. installs Debian's `searx` package if `searx-run` is missing: the SearXNG
 #    backend test runs a real, offline searx over the default corpus;
-# 3. installs the pinned `xllamacpp` wheel (a prebuilt llama.cpp server) into
+# 3. installs Debian's `prometheus` package if `prometheus` or `promtool` is
+#    missing: tests/it/prometheus.rs evaluates ops/'s dashboard and rules on a
+#    real Prometheus of its own on a free loopback port (on a machine with
+#    systemd the package also starts its service on :9090; the test does not
+#    use it);
+# 4. installs the pinned `xllamacpp` wheel (a prebuilt llama.cpp server) into
 #    target/llama-venv (scripts/llama-venv.sh): the remote-engine tests run
 #    real llama.cpp servers;
-# 4. runs `cargo test --locked` with any extra arguments given;
-# 5. without arguments, also the API contract tests (scripts/api-tests.sh:
+# 5. runs `cargo test --locked` with any extra arguments given;
+# 6. without arguments, also the API contract tests (scripts/api-tests.sh:
 #    the official `openai` Python client, the web UI in headless Chromium and
 #    schemathesis, in a virtualenv; it installs Debian's `chromium` and
 #    `chromium-driver` if they are missing, as searx is installed here).
@@ -31,6 +36,21 @@ if ! command -v searx-run >/dev/null 2>&1; then
     else
         echo "error: searx-run is missing and this user cannot install packages;" >&2
         echo "       run: apt-get install -y --no-install-recommends searx" >&2
+        exit 1
+    fi
+fi
+
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+    echo "installing Debian's prometheus package (for the dashboard and rules test)"
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo apt-get update -qq
+        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
+    else
+        echo "error: prometheus is missing and this user cannot install packages;" >&2
+        echo "       run: apt-get install -y --no-install-recommends prometheus" >&2
         exit 1
     fi
 fi

@@ -11,6 +11,8 @@
 //!   the loop.
 //! - `backends`: the dispatcher and every search backend (tantivy index, web
 //!   APIs against fake servers, a real searx, the retriever protocol).
+//! - `prometheus`: `ops/`'s Grafana dashboard and Prometheus rules evaluated
+//!   by a real Prometheus scraping the real binary.
 //! - `web`: every web search provider's shape and errors against an
 //!   in-test server, through the config, the dispatcher and the real
 //!   binary; `fallback` and `merge`; keys kept out of every output.
@@ -59,6 +61,7 @@ mod ops;
 mod pages;
 mod phantomwiki;
 mod prepare;
+mod prometheus;
 mod protocols;
 mod qwen;
 mod remote;

@@ -50,7 +50,7 @@ fn route(provider: &str) -> &'static str {
 
 /// What the stub was asked, by provider: each request's query.
 #[derive(Default)]
-struct Stub {
+pub(crate) struct Stub {
     asked: Mutex<Vec<(String, String)>>,
     hits: AtomicUsize,
 }
@@ -244,7 +244,7 @@ async fn answer(
 
 /// Starts the stub: `{base}/{mode}/{provider}{route}` answers as
 /// `provider` (mode `ok`, `always429` or `always500`).
-async fn start_stub() -> (Arc<Stub>, String) {
+pub(crate) async fn start_stub() -> (Arc<Stub>, String) {
     let stub = Arc::new(Stub::default());
     type Params = Query<BTreeMap<String, String>>;
     async fn on_get(
@@ -471,7 +471,7 @@ fn a_missing_key_or_cx_is_named_at_start() {
 /// A scripted model behind an OpenAI-style completions server: it searches
 /// once (`<search>` for text-tag policies, a `<tool_call>` for tool-call
 /// ones) and answers "Paris" once results are in its prompt.
-async fn scripted_model() -> String {
+pub(crate) async fn scripted_model() -> String {
     async fn complete(Json(body): Json<Value>) -> Response {
         let prompt = body["prompt"].as_str().unwrap_or_default().to_string();
         let tools = prompt.contains("<tools>") || prompt.contains("\"name\": \"search\"");
@@ -486,6 +486,33 @@ async fn scripted_model() -> String {
             .take_while(|c| c.is_ascii_alphanumeric() || *c == ' ')
             .collect();
         let query = query.trim().to_string();
+        // "OPEN: TARGET" asks for a page action (ASearcher's `<access>`).
+        let target: String = prompt
+            .split("OPEN: ")
+            .nth(1)
+            .unwrap_or_default()
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == ' ')
+            .collect();
+        let target = target.trim().to_string();
+        if !target.is_empty() {
+            let opened = prompt.contains(&format!("<access> {target} </access>"));
+            let (text, stop) = if opened {
+                ("<answer> Paris </answer>".to_string(), Value::Null)
+            } else {
+                (format!("<access> {target} </access>"), json!("</access>"))
+            };
+            let sse = format!(
+                "data: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+                json!({"choices": [{"text": text, "index": 0, "finish_reason": null}]}),
+                json!({"choices": [{"text": "", "index": 0, "finish_reason": "stop", "stop_reason": stop}]})
+            );
+            return (
+                [(axum::http::header::CONTENT_TYPE, "text/event-stream")],
+                sse,
+            )
+                .into_response();
+        }
         let searched = prompt.contains(&format!("<search> {query} </search>"));
         let called = prompt.contains(&format!("\"query\": \"{query}\""));
         let (text, stop) = if searched {
@@ -543,7 +570,11 @@ async fn scripted_model() -> String {
 /// The real binary over the scripted model, with `config` (TOML) and every
 /// test key in its environment; its log (at debug level) goes to the
 /// returned file.
-fn seeker_with(model: &str, config: &str, dir: &std::path::Path) -> (Server, std::path::PathBuf) {
+pub(crate) fn seeker_with(
+    model: &str,
+    config: &str,
+    dir: &std::path::Path,
+) -> (Server, std::path::PathBuf) {
     let file = dir.join("seeker.toml");
     std::fs::write(&file, config).unwrap();
     let log = dir.join("seeker.log");
@@ -573,7 +604,7 @@ fn seeker_with(model: &str, config: &str, dir: &std::path::Path) -> (Server, std
 /// `[search.backends]` for every provider on the stub, a provider that
 /// answers 429 to everything (`limited`), one that answers 500
 /// (`broken`), one with a wrong key, and lists over them.
-fn binary_config(stub: &str) -> String {
+pub(crate) fn binary_config(stub: &str) -> String {
     let mut text = String::from("[search]\ndefault = \"brave\"\nquery_timeout_ms = 3000\n");
     let mut add = |name: &str, provider: &str, mode: &str, key_var: &str| {
         let b = provider_config(stub, mode, provider);
@@ -605,7 +636,7 @@ fn ask(policy: &str, backend: &str) -> Value {
 }
 
 /// A question the scripted model answers by searching `query`.
-fn ask_for(policy: &str, backend: &str, query: &str) -> Value {
+pub(crate) fn ask_for(policy: &str, backend: &str, query: &str) -> Value {
     json!({"max_tokens": 64, "policy": policy, "search": {"backend": backend},
         "return_transcript": true,
         "messages": [{"role": "user", "content": format!("LOOKUP: {query}")}]})
