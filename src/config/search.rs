@@ -403,6 +403,38 @@ impl BackendConfig {
     ) -> Result<(), ConfigError> {
         let key = |k: &str| format!("search.backends.{name}.{k}");
         let kind = self.kind.name();
+        // Settings its kind does not read are mistakes, not silently ignored.
+        let reads: &[&str] = match self.kind {
+            BackendKind::Tantivy => &["index"],
+            BackendKind::Retriever | BackendKind::Flashrag | BackendKind::R1Searcher => &["url"],
+            BackendKind::Web(provider) => provider.settings,
+            BackendKind::Fallback | BackendKind::Merge => &["backends"],
+        };
+        let set = [
+            ("url", self.url.is_some()),
+            ("index", self.index.is_some()),
+            ("api_key_env", self.api_key_env.is_some()),
+            ("market", self.market.is_some()),
+            ("cx", self.cx.is_some()),
+            ("page_text", self.page_text),
+        ];
+        if let Some((setting, _)) = set.iter().find(|(s, on)| *on && !reads.contains(s)) {
+            return Err(ConfigError::Invalid(format!(
+                "{} does not apply to kind = {kind:?} (it reads: {})",
+                key(setting),
+                reads.join(", ")
+            )));
+        }
+        if self
+            .api_key_env
+            .as_deref()
+            .is_some_and(|v| v.trim().is_empty())
+        {
+            return Err(ConfigError::Invalid(format!(
+                "{} is empty: name the environment variable that holds the key",
+                key("api_key_env")
+            )));
+        }
         let url_required = match self.kind {
             BackendKind::Tantivy => {
                 if self.index.is_none() {
@@ -435,9 +467,13 @@ impl BackendConfig {
                     key("url"),
                 )));
             }
-            Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+            Some(url)
+                if !(url.starts_with("http://") || url.starts_with("https://"))
+                    || !reqwest::Url::parse(url)
+                        .is_ok_and(|u| u.host_str().is_some_and(|h| !h.is_empty())) =>
+            {
                 return Err(ConfigError::Invalid(format!(
-                    "{} must be an http:// or https:// URL, got {url:?}",
+                    "{} must be an http:// or https:// URL with a host, got {url:?}",
                     key("url")
                 )));
             }
@@ -472,6 +508,11 @@ impl BackendConfig {
             )));
         }
         for (i, member) in self.backends.iter().enumerate() {
+            if member == name {
+                return Err(ConfigError::Invalid(format!(
+                    "{key} names `{name}` itself; list other backends"
+                )));
+            }
             if self.backends[..i].contains(member) {
                 return Err(ConfigError::Invalid(format!(
                     "{key} names `{member}` twice"
@@ -580,6 +621,31 @@ mod tests {
             (
                 "[search.backends.x]\nkind = \"brave\"\nbackends = [\"tantivy\"]\n",
                 "search.backends.x.backends is for kind",
+            ),
+            (
+                "[search.backends.x]\nkind = \"brave\"\ncx = \"0123\"\n",
+                "search.backends.x.cx does not apply to kind = \"brave\"",
+            ),
+            (
+                "[search.backends.x]\nkind = \"searxng\"\nurl = \"http://h\"\napi_key_env = \"K\"\n",
+                "search.backends.x.api_key_env does not apply",
+            ),
+            (
+                "[search.backends.x]\nkind = \"merge\"\nbackends = [\"tantivy\"]\nurl = \"http://h\"\n",
+                "search.backends.x.url does not apply",
+            ),
+            (
+                "[search.backends.x]\nkind = \"brave\"\napi_key_env = \" \"\n",
+                "search.backends.x.api_key_env is empty",
+            ),
+            ("[search.backends.x]\nkind = \"brave\"\nurl = \"http://\"\n", "with a host"),
+            (
+                "[search.backends.x]\nkind = \"brave\"\nurl = \"http://exa mple.com/x\"\n",
+                "with a host",
+            ),
+            (
+                "[search.backends.x]\nkind = \"fallback\"\nbackends = [\"x\"]\n",
+                "names `x` itself",
             ),
             (
                 "[search.backends.x]\nkind = \"bing\"\nurl = \"http://h\"\napi_key = \"k\"\n",

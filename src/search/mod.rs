@@ -126,6 +126,30 @@ impl SearchError {
         }
     }
 
+    /// This error with every occurrence of `secret` (an API key) in its
+    /// message written as `[redacted]`: a provider may quote the key it
+    /// refused. Secrets shorter than 4 characters are left alone (no real
+    /// key is that short, and replacing them would garble the message).
+    #[must_use]
+    pub fn redact(self, secret: &str) -> Self {
+        if secret.len() < 4 {
+            return self;
+        }
+        let r = |m: String| m.replace(secret, "[redacted]");
+        match self {
+            SearchError::Backend(m) => SearchError::Backend(r(m)),
+            SearchError::Auth(m) => SearchError::Auth(r(m)),
+            SearchError::Quota(m) => SearchError::Quota(r(m)),
+            SearchError::Status { status, message } => SearchError::Status {
+                status,
+                message: r(message),
+            },
+            SearchError::Connection(m) => SearchError::Connection(r(m)),
+            SearchError::Malformed(m) => SearchError::Malformed(r(m)),
+            other => other,
+        }
+    }
+
     /// The wait the provider asked for, if any.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

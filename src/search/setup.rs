@@ -132,12 +132,31 @@ fn web_backend(
         None => None,
         Some(default) => {
             let var = b.api_key_env.as_deref().unwrap_or(default);
-            Some(env(var).filter(|k| !k.is_empty()).ok_or_else(|| {
+            let fix = format!(
+                "export {var}=<your {} key> before starting seeker",
+                provider.kind
+            );
+            let key = env(var).ok_or_else(|| {
                 anyhow::anyhow!(
-                    "search.backends.{name}: the {} API key variable {var} is not set",
-                    provider.name
+                    "search.backends.{name} (kind = {:?}): the key variable {var} is not set; {fix}",
+                    provider.kind
                 )
-            })?)
+            })?;
+            if key.is_empty() {
+                anyhow::bail!(
+                    "search.backends.{name} (kind = {:?}): the key variable {var} is set but empty; {fix}",
+                    provider.kind
+                );
+            }
+            if key.trim() != key || !key.chars().all(|c| c.is_ascii_graphic()) {
+                anyhow::bail!(
+                    "search.backends.{name} (kind = {:?}): the key in {var} holds spaces, line \
+                     breaks or characters other than printable ASCII (a trailing newline from a \
+                     file?); {fix}",
+                    provider.kind
+                );
+            }
+            Some(key)
         }
     };
     let url = b

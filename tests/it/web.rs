@@ -229,6 +229,36 @@ async fn answer(
     }
     let word = query.split_whitespace().next().unwrap_or_default();
     match word {
+        // A provider that quotes the key it was sent in its error message.
+        "leak" => {
+            // SearXNG takes no key: it has none to quote.
+            let sent = if provider == "searxng" {
+                String::new()
+            } else {
+                key.unwrap_or_default()
+            };
+            let quoted = format!("token {sent} rejected");
+            let body = match provider.as_str() {
+                "brave" => json!({"type": "ErrorResponse", "error": {"status": 500,
+                    "code": "INTERNAL_ERROR", "detail": quoted}}),
+                "tavily" => json!({"detail": {"error": quoted}}),
+                "serper" => json!({"message": quoted, "statusCode": 500}),
+                "exa" => json!({"error": quoted}),
+                "google" => json!({"error": {"code": 500, "message": quoted}}),
+                "bing" => {
+                    json!({"_type": "ErrorResponse", "errors": [{"code": "x", "message": quoted}]})
+                }
+                _ => json!({"error": quoted}),
+            };
+            (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response()
+        }
+        // Google's daily quota, as a 429.
+        "daily" => {
+            let message = "Quota exceeded for quota metric 'Queries' and limit 'Queries per day'";
+            let body =
+                json!({"error": {"code": 429, "message": message, "status": "RESOURCE_EXHAUSTED"}});
+            (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response()
+        }
         "empty" => Json(results(&provider, &query, 0)).into_response(),
         "quota" => error(quota_status(&provider), "quota"),
         "limited" => error(429, "rate"),
@@ -278,7 +308,8 @@ fn provider_config(base: &str, mode: &str, provider: &str) -> BackendConfig {
     };
     BackendConfig {
         url: Some(url),
-        api_key_env: Some(format!("TEST_{}_KEY", provider.to_uppercase())),
+        api_key_env: (provider != "searxng")
+            .then(|| format!("TEST_{}_KEY", provider.to_uppercase())),
         cx: (provider == "google").then(|| "engine-0123".to_string()),
         retries: 1,
         ..BackendConfig::of(BackendKind::named(provider).unwrap())
@@ -379,6 +410,33 @@ async fn every_provider_reads_its_shape_and_its_errors() {
             assert!(!e.to_string().contains(&key_of(p)), "{p}: {e}");
         }
     }
+    let long = format!("ok {}", "x".repeat(70_000));
+    for p in PROVIDERS {
+        // A key the provider quotes back never reaches the error.
+        let r = d.search_round(Some(p), &["leak".to_string()], 2).await;
+        let e = r[0].result.as_ref().unwrap_err().to_string();
+        if *p != "searxng" {
+            assert!(e.contains("[redacted]"), "{p}: {e}");
+        }
+        assert!(!e.contains(&key_of(p)), "{p}: {e}");
+        // A query longer than any provider takes is cut to its limit, not
+        // a failed request.
+        let r = d
+            .search_round(Some(p), std::slice::from_ref(&long), 2)
+            .await;
+        assert!(r[0].result.is_ok(), "{p}: {:?}", r[0].result);
+    }
+    // Google's daily quota comes as a 429 too: not retried.
+    let r = d
+        .search_round(Some("google"), &["daily".to_string()], 2)
+        .await;
+    assert_eq!(kind(&r[0]), "rate_limited");
+    assert!(matches!(
+        r[0].result,
+        Err(seeker::search::SearchError::Quota(_))
+    ));
+    assert_eq!(stub.asked("ok/google", "daily"), 1, "not retried");
+
     // The document text each provider gives.
     let r = d.search_round(Some("brave"), &queries[..1], 1).await;
     assert_eq!(
@@ -464,6 +522,29 @@ fn a_missing_key_or_cx_is_named_at_start() {
             .unwrap_err()
             .to_string();
     assert!(err.contains("`cx`"), "{err}");
+    // A key that is empty, or holds a line break, a space or other than
+    // printable ASCII, is refused at start (for Google too, whose key
+    // travels in the URL), naming its variable and never the key.
+    for (key, says) in [
+        ("", "set but empty"),
+        ("KEY-google-5ecret\n", "line"),
+        (" KEY-google-5ecret", "spaces"),
+        ("KEY-gøøgle-5ecret", "printable ASCII"),
+    ] {
+        let err = seeker::search::dispatcher_from_config(&config, &Default::default(), |_| {
+            Some(key.to_string())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("GOOGLE_API_KEY") && err.contains(says),
+            "{key:?}: {err}"
+        );
+        assert!(err.contains("export GOOGLE_API_KEY="), "{err}");
+        if !key.is_empty() {
+            assert!(!err.contains(key.trim()), "{err}");
+        }
+    }
 }
 
 // ------------------------------------------------------------ real binary
@@ -609,9 +690,12 @@ pub(crate) fn binary_config(stub: &str) -> String {
     let mut add = |name: &str, provider: &str, mode: &str, key_var: &str| {
         let b = provider_config(stub, mode, provider);
         text += &format!(
-            "[search.backends.{name}]\nkind = \"{provider}\"\nurl = \"{}\"\napi_key_env = \"{key_var}\"\nretries = 1\n",
+            "[search.backends.{name}]\nkind = \"{provider}\"\nurl = \"{}\"\nretries = 1\n",
             b.url.unwrap()
         );
+        if provider != "searxng" {
+            text += &format!("api_key_env = \"{key_var}\"\n");
+        }
         if provider == "google" {
             text += "cx = \"engine-0123\"\n";
         }
@@ -812,7 +896,13 @@ async fn fallback_and_merge_survive_providers_that_always_fail() {
     // Every member failing: the rollout goes on with the failure text.
     let answer: Value = crate::common::post_json(&client, &url, &ask("search-r1", "down")).await;
     let results = &answer["seeker"]["rounds"][0]["results"][0];
-    assert_eq!(results["error_kind"], "http_status", "{answer}");
+    // Failed alike they would keep the kind; here they failed differently.
+    assert_eq!(results["error_kind"], "backend", "{answer}");
+    let error = results["error"].as_str().unwrap();
+    assert!(
+        error.contains("limited (rate_limited)") && error.contains("broken (http_status)"),
+        "{answer}"
+    );
     assert_eq!(
         results["failed_backends"].as_array().unwrap().len(),
         2,
@@ -854,7 +944,12 @@ async fn no_key_appears_in_logs_answers_events_or_metrics() {
         .chain(["limited", "broken", "fallback", "merge"].map(String::from))
     {
         for stream in [false, true] {
-            let mut body = ask("search-r1", &backend);
+            let query = if stream {
+                "leak"
+            } else {
+                "ok capital of France"
+            };
+            let mut body = ask_for("search-r1", &backend, query);
             body["stream"] = json!(stream);
             body["return_transcript"] = json!(true);
             let response = client.post(&url).json(&body).send().await.unwrap();

@@ -92,7 +92,7 @@ impl Dispatcher {
                     }
                 }
                 QueryResult {
-                    result: Err(last),
+                    result: Err(every_member_failed(last, &failed)),
                     cached: false,
                     failed_backends: failed,
                 }
@@ -114,7 +114,7 @@ impl Dispatcher {
                     }
                 }
                 let result = match (lists.is_empty(), last) {
-                    (true, Some(e)) => Err(e),
+                    (true, Some(e)) => Err(every_member_failed(e, &failed)),
                     _ => Ok(fuse(lists, k)),
                 };
                 QueryResult {
@@ -125,6 +125,23 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// The error of a list whose every member failed: the last member's when
+/// all failed alike (one kind: the label stays meaningful, `rate_limited`
+/// say), else a [`SearchError::Backend`] naming each member's failure.
+fn every_member_failed(last: SearchError, failed: &[BackendFailure]) -> SearchError {
+    if failed.iter().all(|f| f.error_kind == last.kind()) {
+        return last;
+    }
+    let each: Vec<String> = failed
+        .iter()
+        .map(|f| format!("{} ({}): {}", f.backend, f.error_kind, f.error))
+        .collect();
+    SearchError::Backend(format!(
+        "every backend of the list failed: {}",
+        each.join("; ")
+    ))
 }
 
 /// Reciprocal rank fusion of ranked lists: each document scores

@@ -412,7 +412,10 @@ impl Dispatcher {
         let round_deadline = Instant::now() + self.config.round_timeout;
         let searches = queries.iter().map(|q| {
             let deadline = round_deadline.min(Instant::now() + self.config.query_timeout);
-            let limit = deadline.saturating_duration_since(Instant::now());
+            // Whole milliseconds, rounded up: the configured 5000 ms, not
+            // the 4999 ms left a moment after the round started.
+            let left = deadline.saturating_duration_since(Instant::now());
+            let limit = Duration::from_millis(left.as_micros().div_ceil(1000) as u64);
             async move {
                 let search = async {
                     match (list, single) {

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use reqwest::header::HeaderValue;
 use serde::Deserialize;
 
-use super::{parse_json, read_body, transport_error, Provider, WebSettings};
+use super::{limit_query, parse_json, read_body_as, transport_error, Key, Provider, WebSettings};
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "bing"`.
@@ -25,6 +25,7 @@ pub(super) const PROVIDER: Provider = Provider {
     key_env: Some("BING_SEARCH_KEY"),
     strip_html: true,
     document_text: "`snippet`",
+    settings: &["url", "api_key_env", "market"],
     build: |s| {
         Ok(Arc::new(BingBackend::new(
             s.url,
@@ -39,8 +40,13 @@ pub struct BingBackend {
     client: reqwest::Client,
     endpoint: String,
     key: HeaderValue,
+    secret: Key,
     market: String,
 }
+
+/// Characters of a query sent (Bing's query limit; the query travels in the
+/// URL).
+const MAX_QUERY_CHARS: usize = 1000;
 
 impl BingBackend {
     /// `endpoint` is the full search URL (`https://…/v7.0/search`); `key` the
@@ -61,6 +67,7 @@ impl BingBackend {
             client: super::http_client(),
             endpoint: endpoint.to_string(),
             key,
+            secret: Key(settings.key.unwrap_or_default().to_string()),
             market: market.to_string(),
         })
     }
@@ -110,27 +117,35 @@ fn bing_error_message(body: &[u8]) -> Option<String> {
 impl SearchBackend for BingBackend {
     async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
         let count = k.clamp(1, 50).to_string();
-        let response = self
-            .client
-            .get(&self.endpoint)
-            .query(&[("q", query), ("count", &count), ("mkt", &self.market)])
-            .header("Ocp-Apim-Subscription-Key", self.key.clone())
-            .send()
-            .await
-            .map_err(transport_error)?;
-        let body = read_body(response, bing_error_message).await?;
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Err(SearchError::Malformed(
-                "HTTP 200 with an empty body (Bing does this when it suspects abuse)".into(),
-            ));
+        let query = limit_query(query, MAX_QUERY_CHARS);
+        let secret = self.secret.0.as_str();
+        let result = async {
+            let response = self
+                .client
+                .get(&self.endpoint)
+                .query(&[("q", query), ("count", &count), ("mkt", &self.market)])
+                .header("Ocp-Apim-Subscription-Key", self.key.clone())
+                .send()
+                .await
+                .map_err(transport_error)?;
+            let body =
+                read_body_as(response, Some(secret), bing_error_message, |_, _| None).await?;
+            if body.iter().all(u8::is_ascii_whitespace) {
+                return Err(SearchError::Malformed(
+                    "HTTP 200 with an empty body (Bing does this when it suspects abuse)".into(),
+                ));
+            }
+            let parsed: BingResponse = parse_json(&body)?;
+            if parsed.kind == "ErrorResponse" {
+                return Err(SearchError::Status {
+                    status: 200,
+                    message: bing_error_message(&body).unwrap_or_else(|| "ErrorResponse".into()),
+                });
+            }
+            Ok(parsed)
         }
-        let parsed: BingResponse = parse_json(&body)?;
-        if parsed.kind == "ErrorResponse" {
-            return Err(SearchError::Status {
-                status: 200,
-                message: bing_error_message(&body).unwrap_or_else(|| "ErrorResponse".into()),
-            });
-        }
+        .await;
+        let parsed = result.map_err(|e| e.redact(secret))?;
         Ok(parsed
             .web_pages
             .map(|p| p.value)

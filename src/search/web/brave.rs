@@ -18,9 +18,7 @@ use async_trait::async_trait;
 use reqwest::header::{HeaderValue, ACCEPT};
 use serde::Deserialize;
 
-use super::{
-    json_message, parse_json, read_body_as, transport_error, web_document, Provider, WebSettings,
-};
+use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, WebSettings};
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "brave"`.
@@ -31,6 +29,7 @@ pub(super) const PROVIDER: Provider = Provider {
     key_env: Some("BRAVE_SEARCH_API_KEY"),
     strip_html: true,
     document_text: "`description` and its `extra_snippets`",
+    settings: &["url", "api_key_env"],
     build: |s| Ok(Arc::new(BraveBackend::new(s)?)),
 };
 
@@ -39,7 +38,12 @@ pub struct BraveBackend {
     client: reqwest::Client,
     url: String,
     key: HeaderValue,
+    secret: Key,
 }
+
+/// Characters of a query Brave takes (its documented limit: 400 characters,
+/// 50 words; longer is a 422).
+const MAX_QUERY_CHARS: usize = 400;
 
 impl BraveBackend {
     /// A backend on `settings.url` with `settings.key`.
@@ -51,6 +55,7 @@ impl BraveBackend {
             client: super::http_client(),
             url: settings.url.to_string(),
             key: settings.key_header("Brave")?,
+            secret: Key(settings.key.unwrap_or_default().to_string()),
         })
     }
 }
@@ -97,17 +102,15 @@ fn classify(_status: u16, message: &str) -> Option<SearchError> {
 impl SearchBackend for BraveBackend {
     async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
         let count = k.clamp(1, 20).to_string();
-        let response = self
+        let query = limit_query(query, MAX_QUERY_CHARS);
+        let request = self
             .client
             .get(&self.url)
             .query(&[("q", query), ("count", &count), ("extra_snippets", "true")])
             .header("X-Subscription-Token", self.key.clone())
-            .header(ACCEPT, "application/json")
-            .send()
-            .await
-            .map_err(transport_error)?;
-        let body = read_body_as(response, message, classify).await?;
-        let parsed: BraveResponse = parse_json(&body)?;
+            .header(ACCEPT, "application/json");
+        let parsed: BraveResponse =
+            fetch_json(request, Some(&self.secret.0), message, classify).await?;
         Ok(parsed
             .web
             .map(|w| w.results)

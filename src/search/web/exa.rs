@@ -17,9 +17,7 @@ use reqwest::header::HeaderValue;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{
-    json_message, parse_json, read_body_as, transport_error, web_document, Provider, WebSettings,
-};
+use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, WebSettings};
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// Characters of page text asked for with `page_text = true`.
@@ -33,6 +31,7 @@ pub(super) const PROVIDER: Provider = Provider {
     key_env: Some("EXA_API_KEY"),
     strip_html: false,
     document_text: "`highlights`; with `page_text = true`, `text` (the page, 4,000 characters)",
+    settings: &["url", "api_key_env", "page_text"],
     build: |s| Ok(Arc::new(ExaBackend::new(s)?)),
 };
 
@@ -41,8 +40,12 @@ pub struct ExaBackend {
     client: reqwest::Client,
     url: String,
     key: HeaderValue,
+    secret: Key,
     page_text: bool,
 }
+
+/// Characters of a query sent (Exa documents no limit).
+const MAX_QUERY_CHARS: usize = 2000;
 
 impl ExaBackend {
     /// A backend on `settings.url` with `settings.key`; `page_text` asks for
@@ -55,6 +58,7 @@ impl ExaBackend {
             client: super::http_client(),
             url: settings.url.to_string(),
             key: settings.key_header("Exa")?,
+            secret: Key(settings.key.unwrap_or_default().to_string()),
             page_text: settings.page_text,
         })
     }
@@ -91,22 +95,20 @@ impl SearchBackend for ExaBackend {
         } else {
             json!({"highlights": true})
         };
-        let request = json!({
-            "query": query,
+        let body = json!({
+            "query": limit_query(query, MAX_QUERY_CHARS),
             "numResults": k.clamp(1, 100),
             "type": "auto",
             "contents": contents,
         });
-        let response = self
+        let request = self
             .client
             .post(&self.url)
             .header("x-api-key", self.key.clone())
-            .json(&request)
-            .send()
-            .await
-            .map_err(transport_error)?;
-        let body = read_body_as(response, |b| json_message(b, &["error"]), classify).await?;
-        let parsed: ExaResponse = parse_json(&body)?;
+            .json(&body);
+        let message = |b: &[u8]| json_message(b, &["error"]);
+        let parsed: ExaResponse =
+            fetch_json(request, Some(&self.secret.0), message, classify).await?;
         Ok(parsed
             .results
             .into_iter()

@@ -5,8 +5,9 @@
 //! Response: `items[].{title, link, snippet}` (`items` absent when nothing
 //! was found). Errors: `{"error": {"code", "message", "status",
 //! "errors": [{"reason"}]}}`: a bad key is 400 "API key not valid…"
-//! (`API_KEY_INVALID`), a spent daily quota 429 `RESOURCE_EXHAUSTED` or,
-//! in older answers, 403 with reason `dailyLimitExceeded`. Source: Google's
+//! (`API_KEY_INVALID`), a spent daily quota 429 `RESOURCE_EXHAUSTED`
+//! naming "Queries per day" (a per-minute one is retried) or, in older
+//! answers, 403 with reason `dailyLimitExceeded`. Source: Google's
 //! Custom Search JSON API documentation ("Using REST", `cse.list`). Google
 //! has closed the API to new customers and announced its end for
 //! 2027-01-01; existing engines keep working until then.
@@ -16,10 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use super::{
-    json_message, parse_json, read_body_as, transport_error, web_document, Key, Provider,
-    WebSettings,
-};
+use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, WebSettings};
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "google"`.
@@ -30,8 +28,13 @@ pub(super) const PROVIDER: Provider = Provider {
     key_env: Some("GOOGLE_API_KEY"),
     strip_html: false,
     document_text: "`snippet`",
+    settings: &["url", "api_key_env", "cx"],
     build: |s| Ok(Arc::new(GoogleBackend::new(s)?)),
 };
+
+/// Characters of a query sent (Google's query limit is 2,048 characters,
+/// and the query travels in the URL).
+const MAX_QUERY_CHARS: usize = 1000;
 
 /// Google Programmable Search (see the module documentation).
 pub struct GoogleBackend {
@@ -96,28 +99,28 @@ fn classify(status: u16, message: &str) -> Option<SearchError> {
         return Some(SearchError::Auth(format!("HTTP {status}: {message}")));
     }
     let quota = ["dailyLimitExceeded", "quotaExceeded", "RESOURCE_EXHAUSTED"];
-    (status == 403 && quota.iter().any(|q| message.contains(q)))
-        .then(|| SearchError::Quota(format!("HTTP {status}: {message}")))
+    // A 429 is a spent quota only when it names the daily limit ("Queries
+    // per day"); a per-minute one is retried.
+    let spent = match status {
+        403 => quota.iter().any(|q| message.contains(q)),
+        429 => message.contains("per day") || message.contains("dailyLimitExceeded"),
+        _ => false,
+    };
+    spent.then(|| SearchError::Quota(format!("HTTP {status}: {message}")))
 }
 
 #[async_trait]
 impl SearchBackend for GoogleBackend {
     async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
         let num = k.clamp(1, 10).to_string();
-        let response = self
-            .client
-            .get(&self.url)
-            .query(&[
-                ("key", self.key.0.as_str()),
-                ("cx", &self.cx),
-                ("q", query),
-                ("num", &num),
-            ])
-            .send()
-            .await
-            .map_err(transport_error)?;
-        let body = read_body_as(response, message, classify).await?;
-        let parsed: GoogleResponse = parse_json(&body)?;
+        let request = self.client.get(&self.url).query(&[
+            ("key", self.key.0.as_str()),
+            ("cx", &self.cx),
+            ("q", limit_query(query, MAX_QUERY_CHARS)),
+            ("num", &num),
+        ]);
+        let parsed: GoogleResponse =
+            fetch_json(request, Some(&self.key.0), message, classify).await?;
         Ok(parsed
             .items
             .into_iter()

@@ -72,6 +72,10 @@ pub struct Provider {
     pub strip_html: bool,
     /// What becomes a document's text (for the README's table).
     pub document_text: &'static str,
+    /// The `[search.backends.NAME]` settings it reads besides `kind` and the
+    /// limits (`url`, `api_key_env`, `market`, `cx`, `page_text`): setting
+    /// another is a config error, not silently ignored.
+    pub settings: &'static [&'static str],
     /// Builds the backend from the resolved settings.
     ///
     /// # Errors
@@ -120,8 +124,9 @@ impl WebSettings<'_> {
     /// never includes it).
     pub fn key_header(&self, name: &str) -> Result<HeaderValue, String> {
         let key = self.key.ok_or_else(|| format!("{name} needs an API key"))?;
-        let mut value = HeaderValue::from_str(key)
-            .map_err(|_| format!("the {name} key holds characters not allowed in a header"))?;
+        let mut value = HeaderValue::from_str(key).map_err(|_| {
+            format!("the {name} key holds characters not allowed in a header (a line break?)")
+        })?;
         value.set_sensitive(true);
         Ok(value)
     }
@@ -156,13 +161,60 @@ pub fn http_client() -> reqwest::Client {
 /// A transport error as a [`SearchError`], without the URL's query string.
 pub(crate) fn transport_error(e: reqwest::Error) -> SearchError {
     let e = e.without_url();
-    if e.is_timeout() {
-        SearchError::Connection(format!("timed out: {e}"))
-    } else if e.is_decode() || e.is_body() {
-        SearchError::Malformed(e.to_string())
-    } else {
-        SearchError::Connection(e.to_string())
+    // reqwest's own text ("error sending request") hides the cause; its
+    // sources name it ("tcp connect error: Connection refused").
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
     }
+    if e.is_builder() {
+        // Not the provider's fault and not worth a retry: a request that
+        // could not be built (a query too long for a URL, say).
+        SearchError::Backend(format!("the request could not be built: {text}"))
+    } else if e.is_timeout() {
+        SearchError::Connection(format!("timed out: {text}"))
+    } else if e.is_decode() || e.is_body() {
+        SearchError::Malformed(text)
+    } else {
+        SearchError::Connection(text)
+    }
+}
+
+/// `query` cut to at most `max` characters (at a character boundary) for
+/// a provider that refuses longer ones or takes the query in its URL.
+pub(crate) fn limit_query(query: &str, max: usize) -> &str {
+    match query.char_indices().nth(max) {
+        Some((at, _)) => &query[..at],
+        None => query,
+    }
+}
+
+/// Sends a provider's `request` and parses its JSON answer as `T`: errors
+/// read with [`read_body_as`] (`message` and `classify` as there), and
+/// every error's message with `secret` (the key) redacted
+/// ([`SearchError::redact`]).
+pub(crate) async fn fetch_json<T: for<'de> Deserialize<'de>>(
+    request: reqwest::RequestBuilder,
+    secret: Option<&str>,
+    message: impl Fn(&[u8]) -> Option<String>,
+    classify: impl Fn(u16, &str) -> Option<SearchError>,
+) -> Result<T, SearchError> {
+    let result = async {
+        let response = request.send().await.map_err(transport_error)?;
+        let body = read_body_as(response, secret, message, classify).await?;
+        parse_json(&body)
+    }
+    .await;
+    result.map_err(|e| match secret {
+        Some(secret) => e.redact(secret),
+        None => e,
+    })
 }
 
 /// The `Retry-After` header as a wait: seconds, or an HTTP date. Without
@@ -195,33 +247,43 @@ pub(crate) async fn read_body(
     response: Response,
     message: impl Fn(&[u8]) -> Option<String>,
 ) -> Result<Vec<u8>, SearchError> {
-    read_body_as(response, message, |_, _| None).await
+    read_body_as(response, None, message, |_, _| None).await
 }
 
 /// [`read_body`] for a provider with codes of its own: `classify` sees an
-/// error status and the provider's message (already bounded) and may name
-/// the error (a quota code → `Quota`, a key code → `Auth`); `None` keeps the
-/// generic reading.
+/// error status (429 included) and the provider's message (already bounded)
+/// and may name the error (a quota code → `Quota`, a key code → `Auth`);
+/// `None` keeps the generic reading. `secret` (the key) is redacted from
+/// the message and from a raw body written to the log.
 pub(crate) async fn read_body_as(
     response: Response,
+    secret: Option<&str>,
     message: impl Fn(&[u8]) -> Option<String>,
     classify: impl Fn(u16, &str) -> Option<SearchError>,
 ) -> Result<Vec<u8>, SearchError> {
     let status = response.status();
     let wait = retry_after(response.headers());
     let body = read_capped(response).await?;
+    let redact = |text: String| match secret {
+        Some(secret) if secret.len() >= 4 => text.replace(secret, "[redacted]"),
+        _ => text,
+    };
     if status == StatusCode::TOO_MANY_REQUESTS {
+        let text = message(&body).map(redact).unwrap_or_default();
+        if let Some(error) = classify(429, &text) {
+            return Err(error);
+        }
         return Err(SearchError::RateLimited { retry_after: wait });
     }
     if !status.is_success() {
         // Only the provider's own error message reaches the client (in the
         // splice and the stream); a raw body (an HTML error page, a traceback
         // with the provider's file paths) goes to the log alone.
-        let text = message(&body).unwrap_or_else(|| {
+        let text = message(&body).map(redact).unwrap_or_else(|| {
             let raw = String::from_utf8_lossy(&body[..body.len().min(MAX_MESSAGE_CHARS * 4)]);
             tracing::warn!(
                 status = status.as_u16(),
-                body = %super::clean::collapse_whitespace(&raw),
+                body = %redact(super::clean::collapse_whitespace(&raw)),
                 "search provider error without a structured message"
             );
             String::new()

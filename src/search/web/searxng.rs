@@ -8,7 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use super::{parse_json, read_body, transport_error, Provider};
+use super::{limit_query, parse_json, read_body, transport_error, Provider};
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "searxng"`.
@@ -19,8 +19,12 @@ pub(super) const PROVIDER: Provider = Provider {
     key_env: None,
     strip_html: true,
     document_text: "`content`",
+    settings: &["url"],
     build: |s| Ok(Arc::new(SearxngBackend::new(s.url))),
 };
+
+/// Characters of a query sent (the query travels in the URL).
+const MAX_QUERY_CHARS: usize = 1000;
 
 /// SearXNG / searx JSON API: `GET {base}/search?q=..&format=json` →
 /// `results[].{title, url, content}` (the instance must enable the `json`
@@ -61,7 +65,10 @@ impl SearchBackend for SearxngBackend {
         let response = self
             .client
             .get(&self.search_url)
-            .query(&[("q", query), ("format", "json")])
+            .query(&[
+                ("q", limit_query(query, MAX_QUERY_CHARS)),
+                ("format", "json"),
+            ])
             .send()
             .await
             .map_err(transport_error)?;

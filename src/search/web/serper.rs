@@ -15,9 +15,7 @@ use reqwest::header::HeaderValue;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{
-    json_message, parse_json, read_body_as, transport_error, web_document, Provider, WebSettings,
-};
+use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, WebSettings};
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "serper"`.
@@ -28,6 +26,7 @@ pub(super) const PROVIDER: Provider = Provider {
     key_env: Some("SERPER_API_KEY"),
     strip_html: false,
     document_text: "`snippet`",
+    settings: &["url", "api_key_env"],
     build: |s| Ok(Arc::new(SerperBackend::new(s)?)),
 };
 
@@ -36,7 +35,11 @@ pub struct SerperBackend {
     client: reqwest::Client,
     url: String,
     key: HeaderValue,
+    secret: Key,
 }
+
+/// Characters of a query sent (Google's own query limit is 2,048).
+const MAX_QUERY_CHARS: usize = 2000;
 
 impl SerperBackend {
     /// A backend on `settings.url` with `settings.key`.
@@ -48,6 +51,7 @@ impl SerperBackend {
             client: super::http_client(),
             url: settings.url.to_string(),
             key: settings.key_header("Serper")?,
+            secret: Key(settings.key.unwrap_or_default().to_string()),
         })
     }
 }
@@ -77,16 +81,15 @@ fn classify(status: u16, message: &str) -> Option<SearchError> {
 #[async_trait]
 impl SearchBackend for SerperBackend {
     async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
-        let response = self
+        let query = limit_query(query, MAX_QUERY_CHARS);
+        let request = self
             .client
             .post(&self.url)
             .header("X-API-KEY", self.key.clone())
-            .json(&json!({"q": query, "num": k.clamp(1, 100)}))
-            .send()
-            .await
-            .map_err(transport_error)?;
-        let body = read_body_as(response, |b| json_message(b, &["message"]), classify).await?;
-        let parsed: SerperResponse = parse_json(&body)?;
+            .json(&json!({"q": query, "num": k.clamp(1, 100)}));
+        let message = |b: &[u8]| json_message(b, &["message"]);
+        let parsed: SerperResponse =
+            fetch_json(request, Some(&self.secret.0), message, classify).await?;
         Ok(parsed
             .organic
             .into_iter()

@@ -17,9 +17,7 @@ use reqwest::header::HeaderValue;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{
-    json_message, parse_json, read_body_as, transport_error, web_document, Provider, WebSettings,
-};
+use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, WebSettings};
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "tavily"`.
@@ -30,6 +28,7 @@ pub(super) const PROVIDER: Provider = Provider {
     key_env: Some("TAVILY_API_KEY"),
     strip_html: false,
     document_text: "`content`; with `page_text = true`, `raw_content` (the page) when given",
+    settings: &["url", "api_key_env", "page_text"],
     build: |s| Ok(Arc::new(TavilyBackend::new(s)?)),
 };
 
@@ -38,8 +37,13 @@ pub struct TavilyBackend {
     client: reqwest::Client,
     url: String,
     key: HeaderValue,
+    secret: Key,
     page_text: bool,
 }
+
+/// Characters of a query sent (Tavily documents no limit; a query is a few
+/// words to a sentence).
+const MAX_QUERY_CHARS: usize = 2000;
 
 impl TavilyBackend {
     /// A backend on `settings.url` with `settings.key`; `page_text` asks for
@@ -58,6 +62,7 @@ impl TavilyBackend {
             client: super::http_client(),
             url: settings.url.to_string(),
             key,
+            secret: Key(settings.key.unwrap_or_default().to_string()),
             page_text: settings.page_text,
         })
     }
@@ -93,22 +98,19 @@ fn classify(status: u16, message: &str) -> Option<SearchError> {
 #[async_trait]
 impl SearchBackend for TavilyBackend {
     async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
-        let request = json!({
-            "query": query,
+        let body = json!({
+            "query": limit_query(query, MAX_QUERY_CHARS),
             "max_results": k.clamp(1, 20),
             "search_depth": "basic",
             "include_raw_content": self.page_text,
         });
-        let response = self
+        let request = self
             .client
             .post(&self.url)
             .header(reqwest::header::AUTHORIZATION, self.key.clone())
-            .json(&request)
-            .send()
-            .await
-            .map_err(transport_error)?;
-        let body = read_body_as(response, message, classify).await?;
-        let parsed: TavilyResponse = parse_json(&body)?;
+            .json(&body);
+        let parsed: TavilyResponse =
+            fetch_json(request, Some(&self.secret.0), message, classify).await?;
         Ok(parsed
             .results
             .into_iter()
