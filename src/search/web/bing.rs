@@ -18,7 +18,7 @@ use super::{limit_query, parse_json, read_body_as, transport_error, Key, Provide
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "bing"`.
-pub(super) const PROVIDER: Provider = Provider {
+pub const PROVIDER: Provider = Provider {
     kind: "bing",
     name: "Bing Web Search v7 (or a gateway with its shape)",
     default_url: None,

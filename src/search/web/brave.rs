@@ -22,7 +22,7 @@ use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, 
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "brave"`.
-pub(super) const PROVIDER: Provider = Provider {
+pub const PROVIDER: Provider = Provider {
     kind: "brave",
     name: "Brave Search API",
     default_url: Some("https://api.search.brave.com/res/v1/web/search"),

@@ -24,7 +24,7 @@ use crate::search::{Document, SearchBackend, SearchError};
 const PAGE_CHARS: usize = 4000;
 
 /// `kind = "exa"`.
-pub(super) const PROVIDER: Provider = Provider {
+pub const PROVIDER: Provider = Provider {
     kind: "exa",
     name: "Exa",
     default_url: Some("https://api.exa.ai/search"),

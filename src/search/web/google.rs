@@ -21,7 +21,7 @@ use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, 
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "google"`.
-pub(super) const PROVIDER: Provider = Provider {
+pub const PROVIDER: Provider = Provider {
     kind: "google",
     name: "Google Programmable Search (Custom Search JSON API)",
     default_url: Some("https://www.googleapis.com/customsearch/v1"),

@@ -10,9 +10,11 @@
 //! are marked sensitive, and errors drop the request URL (Google's key
 //! travels in it).
 //!
-//! A provider is a file here with one [`Provider`] constant; [`PROVIDERS`]
-//! lists them, and that list is all the config and the dispatcher know of
-//! them (`kind = "…"` in `[search.backends.NAME]`).
+//! A provider is a file here with one [`Provider`] constant named
+//! `PROVIDER` and its name in the `providers!` line below, which declares
+//! the module and lists it in [`PROVIDERS`]; that list is all the config and
+//! the dispatcher know of providers (`kind = "…"` in
+//! `[search.backends.NAME]`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,32 +25,21 @@ use serde::Deserialize;
 
 use super::{SearchBackend, SearchError};
 
-mod bing;
-mod brave;
-mod exa;
-mod google;
-mod searxng;
-mod serper;
-mod tavily;
+/// Declares each provider's module and lists its [`Provider`] in
+/// [`PROVIDERS`], in this order: adding a provider is its file and its name
+/// here.
+macro_rules! providers {
+    ($($provider:ident),* $(,)?) => {
+        $(pub mod $provider;)*
+        /// Every web provider a config may name.
+        pub const PROVIDERS: &[&Provider] = &[$(&$provider::PROVIDER),*];
+    };
+}
+
+providers!(bing, searxng, brave, tavily, serper, exa, google);
 
 pub use bing::BingBackend;
-pub use brave::BraveBackend;
-pub use exa::ExaBackend;
-pub use google::GoogleBackend;
 pub use searxng::SearxngBackend;
-pub use serper::SerperBackend;
-pub use tavily::TavilyBackend;
-
-/// Every web provider a config may name, one line each.
-pub const PROVIDERS: &[&Provider] = &[
-    &bing::PROVIDER,
-    &searxng::PROVIDER,
-    &brave::PROVIDER,
-    &tavily::PROVIDER,
-    &serper::PROVIDER,
-    &exa::PROVIDER,
-    &google::PROVIDER,
-];
 
 /// The provider of `kind = "…"`, if one is listed in [`PROVIDERS`].
 pub fn provider(kind: &str) -> Option<&'static Provider> {

@@ -12,7 +12,7 @@ use super::{limit_query, parse_json, read_body, transport_error, Provider};
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "searxng"`.
-pub(super) const PROVIDER: Provider = Provider {
+pub const PROVIDER: Provider = Provider {
     kind: "searxng",
     name: "SearXNG (self-hosted)",
     default_url: None,

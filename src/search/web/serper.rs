@@ -19,7 +19,7 @@ use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, 
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "serper"`.
-pub(super) const PROVIDER: Provider = Provider {
+pub const PROVIDER: Provider = Provider {
     kind: "serper",
     name: "Serper (Google results)",
     default_url: Some("https://google.serper.dev/search"),

@@ -21,7 +21,7 @@ use super::{fetch_json, json_message, limit_query, web_document, Key, Provider, 
 use crate::search::{Document, SearchBackend, SearchError};
 
 /// `kind = "tavily"`.
-pub(super) const PROVIDER: Provider = Provider {
+pub const PROVIDER: Provider = Provider {
     kind: "tavily",
     name: "Tavily",
     default_url: Some("https://api.tavily.com/search"),
