@@ -3,7 +3,8 @@
 # 1. the official `openai` and `mcp` Python clients (tests/python/test_*.py:
 #    chat completions, citations, the Responses API, MCP);
 # 2. the web UI in headless Chromium through Selenium (tests/python/test_web_ui.py;
-#    a screenshot of a finished rollout lands in target/ui-artifacts/);
+#    a screenshot of a finished rollout lands in target/ui-artifacts/), and
+#    `seeker report`'s page opened offline (tests/python/test_eval_report.py);
 # 3. schemathesis against /openapi.json: no 5xx, every status, content type,
 #    header and body as the spec says.
 # All run against `cargo run --example api_server` (the real HTTP server with
@@ -83,7 +84,7 @@ trap 'kill $SERVER 2>/dev/null || true; rm -f "$LOG"' EXIT
 URL=$(announced "$LOG" $SERVER 10)
 echo "API test server at $URL"
 
-SEEKER_URL="$URL" SEEKER_KEY="$KEY" "$PY" -m pytest -q -p no:cacheprovider tests/python \
+SEEKER_URL="$URL" SEEKER_KEY="$KEY" SEEKER_BIN="$BUILT/seeker" "$PY" -m pytest -q -p no:cacheprovider tests/python \
     --ignore=tests/python/real_model
 
 # Every check; positive_data_acceptance is left out because the spec cannot

@@ -79,7 +79,8 @@
 //!   each checking itself; `env` for `SEEKER_*`.
 //! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1, set F1
 //!   and retrieval recall (`metrics`), the run itself (`job`), the summary
-//!   and its tables by difficulty and template (`summary`).
+//!   and its tables by difficulty and template (`summary`), `seeker
+//!   report`'s page and plots (`report`, drawn by `plot`).
 //! - [`tempfiles`]: removal of temporary files that stopped processes left.
 //! - [`secret`]: API keys that `Debug` prints as `[redacted]`.
 //!

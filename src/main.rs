@@ -70,6 +70,18 @@ enum Command {
     /// Evaluate a QA dataset against a running server (EM, cover-EM, F1, set
     /// F1 for set answers, answer and support recall, searches, latency).
     Eval(Box<EvalArgs>),
+    /// Plots of `seeker eval` runs: report.html (self-contained) and one SVG
+    /// per plot (scores, score by hops, searches per question, seconds per
+    /// question; two runs are also compared question by question).
+    Report {
+        /// Per-question JSONL files written by `seeker eval --out` (each
+        /// one's `.summary.json` beside it names its policy and backend).
+        #[arg(required = true, num_args = 1..)]
+        runs: Vec<PathBuf>,
+        /// Directory for report.html and the SVG files (created if missing).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// List the policy profiles.
     Policies {
         /// Config file (default: config/seeker.toml when it exists): gives the
@@ -191,6 +203,10 @@ struct EvalArgs {
     /// `.summary.json`.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// After the run, write its report (report.html and SVG plots, as
+    /// `seeker report` does) into this directory.
+    #[arg(long, requires = "out", conflicts_with = "retrieval_only")]
+    report: Option<PathBuf>,
     /// Seconds allowed per question.
     #[arg(long, default_value_t = 600, conflicts_with = "retrieval_only")]
     timeout: u64,
@@ -282,6 +298,7 @@ fn main() -> ExitCode {
         Command::Model(ModelCommand::Prepare { gguf, out, format }) => {
             cmd_prepare(&gguf, out, format)
         }
+        Command::Report { runs, out } => cmd_report(&runs, &out),
         Command::Openapi => {
             print!("{}", seeker::server::api_doc::openapi_json());
             Ok(())
@@ -485,5 +502,22 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
             api_key: args.api_key.map(seeker::secret::Secret::from),
         })
     };
-    run_job(&job, target)
+    let out = job.out.clone();
+    run_job(&job, target)?;
+    if let (Some(dir), Some(out)) = (args.report, out) {
+        cmd_report(&[out], &dir)?;
+    }
+    Ok(())
+}
+
+fn cmd_report(runs: &[PathBuf], out: &Path) -> anyhow::Result<()> {
+    use seeker::eval::report;
+    let runs = runs
+        .iter()
+        .map(|p| report::read_run(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    for path in report::write(&runs, out)? {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }

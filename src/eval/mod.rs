@@ -16,6 +16,8 @@
 pub mod dataset;
 pub mod job;
 pub mod metrics;
+mod plot;
+pub mod report;
 pub mod summary;
 
 use std::sync::Arc;
@@ -64,8 +66,10 @@ fn as_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> 
     s.serialize_f64(d.as_secs_f64())
 }
 
-/// One question's result: a line of the per-question JSONL.
-#[derive(Clone, Debug, Default, Serialize)]
+/// One question's result: a line of the per-question JSONL (read back by
+/// [`report`]).
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct QuestionResult {
     pub id: String,
     pub question: String,

@@ -1,0 +1,601 @@
+//! `seeker report`: evaluation runs as pictures. Reads the per-question
+//! JSONL of one or more `seeker eval --out` runs (and each one's
+//! `.summary.json`, for its policy and backend) and writes to a directory:
+//! `report.html` (self-contained: every plot inline as SVG, no script, no
+//! network) and each plot as an SVG file:
+//! - `scores.svg`: per run, the mean score (set F1 where the question has a
+//!   set answer, else token F1; a failed question scores 0), EM, the share
+//!   of questions searched, the share whose spliced documents hold a gold
+//!   answer, and the supporting-article recall;
+//! - `by_difficulty.svg`: the mean score by hops (datasets that give them);
+//! - `searches.svg`: the share of questions by number of searches;
+//! - `latency.svg`: the distribution (CDF) of seconds per question;
+//! - `compare.svg` (exactly two runs): per question, which run scored higher.
+//!
+//! Plots are drawn with `plotters`' SVG backend (text as SVG `<text>`, drawn
+//! by the viewer).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::SeriesLabelPosition;
+
+use super::plot::{grouped_bars, lines, LineStyle};
+use super::QuestionResult;
+
+/// One evaluation run: its label and its questions.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// `policy · backend` from the run's summary, else the file name.
+    pub label: String,
+    /// The file it was read from.
+    pub path: PathBuf,
+    pub results: Vec<QuestionResult>,
+}
+
+/// Errors of reading runs and writing a report.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}, line {line}: not a `seeker eval` result: {source}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        source: serde_json::Error,
+    },
+    #[error("{0}: holds no question")]
+    Empty(PathBuf),
+    #[error("drawing {plot}: {message}")]
+    Draw { plot: &'static str, message: String },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
+    move |source| ReportError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Reads a run: `path` is a `seeker eval --out` JSONL; its label comes from
+/// `<stem>.summary.json` beside it when that exists.
+///
+/// # Errors
+/// An unreadable file, a line that is not a question result, no question.
+pub fn read_run(path: &Path) -> Result<Run, ReportError> {
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    let mut results = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let result = serde_json::from_str(line).map_err(|source| ReportError::Parse {
+            path: path.to_path_buf(),
+            line: i + 1,
+            source,
+        })?;
+        results.push(result);
+    }
+    if results.is_empty() {
+        return Err(ReportError::Empty(path.to_path_buf()));
+    }
+    let summary = path.with_extension("summary.json");
+    let label = std::fs::read(&summary)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| {
+            let config = &v["config"];
+            let policy = config["policy"].as_str()?;
+            Some(match config["backend"].as_str() {
+                Some(backend) => format!("{policy} · {backend}"),
+                None => policy.to_string(),
+            })
+        })
+        .unwrap_or_else(|| {
+            path.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        });
+    Ok(Run {
+        label,
+        path: path.to_path_buf(),
+        results,
+    })
+}
+
+/// A question's score: set F1 for a set answer, else token F1; 0 for a
+/// failed question or one no metric scores.
+pub fn score(r: &QuestionResult) -> f64 {
+    if r.error.is_some() {
+        return 0.0;
+    }
+    r.set_f1.or(r.f1).unwrap_or(0.0)
+}
+
+fn mean(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let (sum, n) = values.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+/// The bars of `scores.svg` for a run: (metric, value), absent where the
+/// run has no data for it.
+fn headline(run: &Run) -> Vec<(&'static str, Option<f64>)> {
+    let r = &run.results;
+    let done = || r.iter().filter(|q| q.error.is_none());
+    vec![
+        ("score", mean(r.iter().map(score))),
+        (
+            "EM",
+            mean(r.iter().filter_map(|q| match q.error {
+                Some(_) if q.em.is_some() || q.set_f1.is_none() => Some(0.0),
+                _ => q.em,
+            })),
+        ),
+        (
+            "searched",
+            mean(done().filter_map(|q| q.queries.map(|n| f64::from(u8::from(n > 0))))),
+        ),
+        (
+            "answer in docs",
+            mean(
+                r.iter()
+                    .filter_map(|q| q.answer_in_documents.map(|b| f64::from(u8::from(b)))),
+            ),
+        ),
+        (
+            "support recall",
+            mean(r.iter().filter_map(|q| q.support_recall)),
+        ),
+    ]
+}
+
+/// One plot of the report: its file name, title and SVG.
+#[derive(Clone, Debug)]
+pub struct Plot {
+    pub file: &'static str,
+    pub title: &'static str,
+    pub svg: String,
+}
+
+/// The report's plots for `runs` (see the module documentation).
+///
+/// # Errors
+/// [`ReportError::Draw`] when plotters cannot draw one.
+pub fn plots(runs: &[Run]) -> Result<Vec<Plot>, ReportError> {
+    let mut plots = Vec::new();
+    let metrics: Vec<String> = headline(&runs[0])
+        .iter()
+        .map(|(m, _)| m.to_string())
+        .collect();
+    let series: Vec<(String, Vec<Option<f64>>)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r.label.clone(),
+                headline(r).into_iter().map(|(_, v)| v).collect(),
+            )
+        })
+        .collect();
+    plots.push(Plot {
+        file: "scores.svg",
+        title: "Scores by run",
+        svg: grouped_bars(
+            "scores.svg",
+            "Scores by run",
+            "mean",
+            &metrics,
+            &series,
+            1.0,
+        )?,
+    });
+
+    // By difficulty (hops), where the dataset gives it.
+    let by_difficulty: Vec<(String, Vec<(f64, f64)>)> = runs
+        .iter()
+        .map(|r| {
+            let mut groups: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+            for q in &r.results {
+                if let Some(d) = q.difficulty {
+                    groups.entry(d).or_default().push(score(q));
+                }
+            }
+            let points = groups
+                .into_iter()
+                .map(|(d, s)| (f64::from(d), mean(s.into_iter()).unwrap_or(0.0)))
+                .collect();
+            (r.label.clone(), points)
+        })
+        .filter(|(_, p): &(String, Vec<(f64, f64)>)| !p.is_empty())
+        .collect();
+    if !by_difficulty.is_empty() {
+        let xs = by_difficulty
+            .iter()
+            .flat_map(|(_, p)| p.iter().map(|(x, _)| *x));
+        let (lo, hi) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
+        plots.push(Plot {
+            file: "by_difficulty.svg",
+            title: "Score by difficulty",
+            svg: lines(
+                "by_difficulty.svg",
+                "Score by difficulty (hops)",
+                ("hops", "mean score"),
+                &by_difficulty,
+                ((lo - 0.25)..(hi + 0.25), 0.0..1.0),
+                LineStyle {
+                    markers: true,
+                    whole_x: true,
+                    legend: SeriesLabelPosition::UpperRight,
+                },
+            )?,
+        });
+    }
+
+    // Searches per question.
+    let cap = 8usize;
+    let most = runs
+        .iter()
+        .flat_map(|r| r.results.iter().filter_map(|q| q.searches))
+        .max()
+        .unwrap_or(0)
+        .min(cap);
+    let counts: Vec<String> = (0..=most)
+        .map(|n| {
+            if n == cap {
+                format!("{n}+")
+            } else {
+                n.to_string()
+            }
+        })
+        .collect();
+    let shares: Vec<(String, Vec<Option<f64>>)> = runs
+        .iter()
+        .map(|r| {
+            let known: Vec<usize> = r.results.iter().filter_map(|q| q.searches).collect();
+            let share = |n: usize| {
+                (!known.is_empty()).then(|| {
+                    known.iter().filter(|&&s| s.min(cap) == n).count() as f64 / known.len() as f64
+                })
+            };
+            (r.label.clone(), (0..=most).map(share).collect())
+        })
+        .collect();
+    plots.push(Plot {
+        file: "searches.svg",
+        title: "Searches per question",
+        svg: grouped_bars(
+            "searches.svg",
+            "Searches per question",
+            "share of questions",
+            &counts,
+            &shares,
+            1.0,
+        )?,
+    });
+
+    // Seconds per question, as a CDF.
+    let cdfs: Vec<(String, Vec<(f64, f64)>)> = runs
+        .iter()
+        .map(|r| {
+            let mut s: Vec<f64> = r.results.iter().map(|q| q.seconds).collect();
+            s.sort_by(f64::total_cmp);
+            let n = s.len() as f64;
+            let points = s
+                .iter()
+                .enumerate()
+                .map(|(i, &x)| (x, (i + 1) as f64 / n))
+                .collect();
+            (r.label.clone(), points)
+        })
+        .collect();
+    let slowest = cdfs
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+        .fold(0.0f64, f64::max);
+    plots.push(Plot {
+        file: "latency.svg",
+        title: "Seconds per question",
+        svg: lines(
+            "latency.svg",
+            "Seconds per question (share answered within)",
+            ("seconds", "share of questions"),
+            &cdfs,
+            (0.0..(slowest * 1.05).max(1.0), 0.0..1.0),
+            LineStyle {
+                markers: false,
+                whole_x: false,
+                legend: SeriesLabelPosition::LowerRight,
+            },
+        )?,
+    });
+
+    if let [a, b] = runs {
+        let outcome = compare(a, b);
+        let groups = vec![
+            format!("{} higher", short(&a.label)),
+            format!("{} higher", short(&b.label)),
+            "same score".to_string(),
+        ];
+        let total = (outcome.a_higher + outcome.b_higher + outcome.same).max(1) as f64;
+        let series = vec![(
+            "questions in both runs".to_string(),
+            vec![
+                Some(outcome.a_higher as f64 / total),
+                Some(outcome.b_higher as f64 / total),
+                Some(outcome.same as f64 / total),
+            ],
+        )];
+        plots.push(Plot {
+            file: "compare.svg",
+            title: "Run against run",
+            svg: grouped_bars(
+                "compare.svg",
+                "Per question: which run scored higher",
+                "share of questions",
+                &groups,
+                &series,
+                1.0,
+            )?,
+        });
+    }
+    Ok(plots)
+}
+
+fn short(label: &str) -> String {
+    match label.char_indices().nth(28) {
+        Some((at, _)) => format!("{}…", &label[..at]),
+        None => label.to_string(),
+    }
+}
+
+/// Two runs question by question (matched by id): how often each scored
+/// higher, or the same.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Comparison {
+    pub a_higher: usize,
+    pub b_higher: usize,
+    pub same: usize,
+}
+
+/// Compares `a` and `b` on the questions both hold (by id).
+pub fn compare(a: &Run, b: &Run) -> Comparison {
+    let b_scores: BTreeMap<&str, f64> = b
+        .results
+        .iter()
+        .map(|q| (q.id.as_str(), score(q)))
+        .collect();
+    let mut c = Comparison::default();
+    for q in &a.results {
+        let Some(&sb) = b_scores.get(q.id.as_str()) else {
+            continue;
+        };
+        let sa = score(q);
+        if (sa - sb).abs() < 1e-9 {
+            c.same += 1;
+        } else if sa > sb {
+            c.a_higher += 1;
+        } else {
+            c.b_higher += 1;
+        }
+    }
+    c
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.map_or_else(|| "–".to_string(), |v| format!("{v:.3}"))
+}
+
+/// The HTML page: a table of the runs, every plot inline.
+pub fn html(runs: &[Run], plots: &[Plot]) -> String {
+    use html_escape::encode_text as esc;
+    let mut out = String::from(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>seeker evaluation report</title>\n<style>\
+         body{font-family:sans-serif;margin:2em auto;max-width:820px;color:#222}\
+         table{border-collapse:collapse;font-size:14px;margin:1em 0}\
+         th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}\
+         th:first-child,td:first-child{text-align:left}\
+         figure{margin:1.5em 0}figcaption{font-weight:bold;margin-bottom:.3em}\
+         </style></head><body>\n<h1>seeker evaluation report</h1>\n",
+    );
+    out.push_str(
+        "<table><thead><tr><th>run</th><th>questions</th><th>failed</th><th>score</th>\
+         <th>EM</th><th>searched</th><th>answer in docs</th><th>support recall</th>\
+         <th>searches / q</th><th>s / q (mean)</th></tr></thead><tbody>\n",
+    );
+    for run in runs {
+        let h: BTreeMap<&str, Option<f64>> = headline(run).into_iter().collect();
+        let failed = run.results.iter().filter(|q| q.error.is_some()).count();
+        let searches = mean(
+            run.results
+                .iter()
+                .filter_map(|q| q.searches.map(|s| s as f64)),
+        );
+        let seconds = mean(run.results.iter().map(|q| q.seconds));
+        out.push_str(&format!(
+            "<tr><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            html_escape::encode_double_quoted_attribute(&run.path.display().to_string()),
+            esc(&run.label),
+            run.results.len(),
+            failed,
+            cell(h["score"]),
+            cell(h["EM"]),
+            cell(h["searched"]),
+            cell(h["answer in docs"]),
+            cell(h["support recall"]),
+            searches.map_or_else(|| "–".into(), |v| format!("{v:.2}")),
+            seconds.map_or_else(|| "–".into(), |v| format!("{v:.1}")),
+        ));
+    }
+    out.push_str("</tbody></table>\n<p>Score: set F1 for a set answer, else token F1 (best over the golds); a failed question scores 0.</p>\n");
+    if let [a, b] = runs {
+        let c = compare(a, b);
+        out.push_str(&format!(
+            "<p>Question by question: {} higher on {}, {} higher on {}, the same on {}.</p>\n",
+            esc(&a.label),
+            c.a_higher,
+            esc(&b.label),
+            c.b_higher,
+            c.same
+        ));
+    }
+    for plot in plots {
+        // The SVG's own XML declaration does not belong inside HTML.
+        let svg = plot
+            .svg
+            .trim_start_matches(|c| c != '<')
+            .trim_start_matches("<?xml version=\"1.0\" encoding=\"UTF-8\"?>")
+            .trim();
+        out.push_str(&format!(
+            "<figure id=\"{}\"><figcaption>{}</figcaption>\n{svg}\n</figure>\n",
+            plot.file.trim_end_matches(".svg"),
+            esc(plot.title)
+        ));
+    }
+    out.push_str("</body></html>\n");
+    out
+}
+
+/// Writes `report.html` and every plot's SVG into `dir` (created if
+/// missing); the files written.
+///
+/// # Errors
+/// No run, a plot that cannot be drawn, a file that cannot be written.
+pub fn write(runs: &[Run], dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
+    if runs.is_empty() {
+        return Err(ReportError::Empty(dir.to_path_buf()));
+    }
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let plots = plots(runs)?;
+    let mut written = Vec::new();
+    for plot in &plots {
+        let path = dir.join(plot.file);
+        std::fs::write(&path, &plot.svg).map_err(io(&path))?;
+        written.push(path);
+    }
+    let page = dir.join("report.html");
+    std::fs::write(&page, html(runs, &plots)).map_err(io(&page))?;
+    written.push(page);
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn question(id: &str, f1: f64, searches: usize, hops: u32, seconds: f64) -> QuestionResult {
+        QuestionResult {
+            id: id.into(),
+            set_f1: Some(f1),
+            em: Some(f64::from(u8::from(f1 == 1.0))),
+            searches: Some(searches),
+            queries: Some(searches),
+            difficulty: Some(hops),
+            answer_in_documents: Some(f1 > 0.0),
+            seconds,
+            ..QuestionResult::default()
+        }
+    }
+
+    fn run(label: &str, scores: &[f64]) -> Run {
+        Run {
+            label: label.into(),
+            path: PathBuf::from(format!("{label}.jsonl")),
+            results: scores
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| {
+                    question(
+                        &format!("q{i}"),
+                        s,
+                        i % 3,
+                        1 + (i % 3) as u32,
+                        1.0 + i as f64,
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn two_runs_give_every_plot_and_a_self_contained_page() {
+        let a = run("rag · tantivy", &[1.0, 0.5, 0.0, 0.0]);
+        let mut b = run("<tool-search> · tantivy", &[1.0, 1.0, 0.0, 1.0]);
+        b.results[2].error = Some("timed out".into());
+        let dir = tempfile::tempdir().unwrap();
+        let written = write(&[a.clone(), b.clone()], dir.path()).unwrap();
+        let names: Vec<_> = written
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "scores.svg",
+                "by_difficulty.svg",
+                "searches.svg",
+                "latency.svg",
+                "compare.svg",
+                "report.html"
+            ]
+        );
+        let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        assert_eq!(page.matches("<svg").count(), 5, "every plot inline");
+        assert!(
+            !page.contains("<script") && !page.contains("src=\"http"),
+            "self-contained"
+        );
+        assert!(page.contains("&lt;tool-search&gt;"), "labels escaped");
+        // b higher on q1 and q3, the same on q0 and q2 (0 and a failure).
+        assert_eq!(
+            compare(&a, &b),
+            Comparison {
+                a_higher: 0,
+                b_higher: 2,
+                same: 2
+            }
+        );
+        assert!(page.contains("higher on 2, the same on 2"), "{page}");
+        let scores = std::fs::read_to_string(dir.path().join("scores.svg")).unwrap();
+        assert!(scores.contains("rag · tantivy") && scores.contains("support recall"));
+    }
+
+    #[test]
+    fn scores_read_set_f1_then_f1_and_failures_score_zero() {
+        let mut q = QuestionResult {
+            f1: Some(0.4),
+            ..QuestionResult::default()
+        };
+        assert_eq!(score(&q), 0.4);
+        q.set_f1 = Some(0.7);
+        assert_eq!(score(&q), 0.7);
+        q.error = Some("x".into());
+        assert_eq!(score(&q), 0.0);
+    }
+
+    #[test]
+    fn a_run_reads_its_label_from_the_summary_and_refuses_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.jsonl");
+        std::fs::write(&path, "{\"id\": \"q1\", \"seconds\": 2.0, \"f1\": 1.0}\n\n").unwrap();
+        std::fs::write(
+            dir.path().join("r.summary.json"),
+            "{\"config\": {\"policy\": \"search-r1\", \"backend\": \"hybrid\"}}",
+        )
+        .unwrap();
+        let run = read_run(&path).unwrap();
+        assert_eq!(run.label, "search-r1 · hybrid");
+        assert_eq!(run.results.len(), 1);
+        std::fs::write(&path, "{\"id\": \"q1\"}\nnot json\n").unwrap();
+        let e = read_run(&path).unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+        std::fs::write(&path, "\n").unwrap();
+        assert!(read_run(&path)
+            .unwrap_err()
+            .to_string()
+            .contains("no question"));
+    }
+}
