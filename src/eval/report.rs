@@ -36,12 +36,12 @@ pub struct Run {
 /// Errors of reading runs and writing a report.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}, line {line}: not a `seeker eval` result: {source}")]
+    #[error("{path}, line {line}: not a `seeker eval` result")]
     Parse {
         path: PathBuf,
         line: usize,
