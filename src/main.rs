@@ -314,7 +314,7 @@ fn main() -> ExitCode {
 }
 
 fn cmd_serve(config: Option<&Path>, host: Option<String>, port: Option<u16>) -> anyhow::Result<()> {
-    let mut config = Config::load(config, std::env::vars())?;
+    let mut config = Config::load(config, env_vars()?)?;
     if let Some(host) = host {
         config.server.host = host;
     }
@@ -340,7 +340,7 @@ fn cmd_index(
 ) -> anyhow::Result<()> {
     // The encoder settings are checked before a long BM25 build.
     let dense_config = match dense {
-        Some(_) => Some(Config::load(config, std::env::vars())?.search.dense),
+        Some(_) => Some(Config::load(config, env_vars()?)?.search.dense),
         None => None,
     };
     if let Some(corpus) = corpus {
@@ -433,7 +433,7 @@ fn cmd_search(index: &Path, top_k: usize, query: &str) -> anyhow::Result<()> {
 }
 
 fn cmd_policies(config: Option<&Path>, dir: Option<PathBuf>) -> anyhow::Result<()> {
-    let config = Config::load(config, std::env::vars())?;
+    let config = Config::load(config, env_vars()?)?;
     let default = config.policy.default;
     let dir = dir.unwrap_or(config.policy.dir);
     for (name, p) in Profile::load_dir(&dir)? {
@@ -475,7 +475,7 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
         out: args.out,
     };
     let target = if args.retrieval_only {
-        let mut search = Config::load(args.config.as_deref(), std::env::vars())?.search;
+        let mut search = Config::load(args.config.as_deref(), env_vars()?)?.search;
         search.index = args.index;
         Target::Retrieval(seeker::eval::job::Retrieval {
             backend: args
@@ -508,6 +508,25 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
         cmd_report(&[out], &dir)?;
     }
     Ok(())
+}
+
+/// The environment as UTF-8 pairs, for [`Config::load`]: a `SEEKER_`
+/// variable whose name or value is not UTF-8 is an error naming it (never
+/// its value, which may be a key); other such variables are not seeker's
+/// and are left out (`std::env::vars` would panic on them).
+fn env_vars() -> anyhow::Result<Vec<(String, String)>> {
+    let mut vars = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        let name_text = name.to_string_lossy();
+        match (name.to_str(), value.into_string()) {
+            (Some(n), Ok(v)) => vars.push((n.to_string(), v)),
+            _ if name_text.starts_with("SEEKER_") => anyhow::bail!(
+                "the environment variable {name_text} holds bytes that are not UTF-8; set it to text"
+            ),
+            _ => {}
+        }
+    }
+    Ok(vars)
 }
 
 fn cmd_report(runs: &[PathBuf], out: &Path) -> anyhow::Result<()> {

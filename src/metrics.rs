@@ -100,8 +100,10 @@ pub struct Metrics {
     /// cache instead of prefilled, per round (a remote engine's report; the
     /// embedded engine's reuse, `engine::reuse`).
     pub prompt_tokens_cached: IntCounter,
-    /// `seeker_prompt_tokens_prefilled_total`: prompt tokens the embedded
-    /// engine prefilled (a round's prompt less what it reused).
+    /// `seeker_prompt_tokens_prefilled_total`: prompt tokens an engine
+    /// prefilled, round by round: a round's prompt less what it reused (the
+    /// embedded engine's count; a remote server's report of its cached
+    /// tokens, all of the prompt when it reports none).
     pub prompt_tokens_prefilled: IntCounter,
     /// `seeker_prefix_cache_flushes_total{reason}`: times the embedded
     /// engine's prefix cache was emptied; `reason` = `budget` (over

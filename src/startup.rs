@@ -90,7 +90,7 @@ pub fn app_state(
 /// # Errors
 /// Missing index or profile, bind failure, model load failure.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
-    let state = Arc::new(app_state(&config, |var| std::env::var(var).ok())?);
+    let state = Arc::new(app_state(&config, crate::config::env_value)?);
     let remote = config.model.engine == EngineKind::Remote;
     // The chat template and control tokens are read before the server
     // listens: a broken remote template stops the start here.

@@ -184,6 +184,18 @@ fn plain_ranges(message: &str) -> String {
     })
 }
 
+/// The environment variable `name` as a backend's key lookup reads it:
+/// its value; a value that is not UTF-8 as one replacement character (so
+/// the key checks refuse it by the variable's name, never printing it);
+/// `None` when it is not set.
+pub fn env_value(name: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(value) => Some(value),
+        Err(std::env::VarError::NotUnicode(_)) => Some("\u{FFFD}".into()),
+        Err(std::env::VarError::NotPresent) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -267,15 +267,16 @@ pub struct BackendConfig {
     /// `hybrid` (not another `fallback` or `merge`).
     #[serde(default)]
     pub backends: Vec<String>,
-    /// Calls in flight at once across all requests (default 4).
-    #[serde(default = "default_concurrency")]
-    pub concurrency: usize,
+    /// Calls in flight at once across all requests (default 4). Not for a
+    /// `fallback` or `merge`: their members' limits apply.
+    #[serde(default)]
+    pub concurrency: Option<usize>,
     /// Calls started per second across all requests; 0 = no limit (default).
     #[serde(default)]
-    pub requests_per_second: u32,
+    pub requests_per_second: Option<u32>,
     /// Retries after 429, 5xx or a connection error (default 2).
-    #[serde(default = "default_retries")]
-    pub retries: u32,
+    #[serde(default)]
+    pub retries: Option<u32>,
 }
 
 impl BackendConfig {
@@ -290,19 +291,23 @@ impl BackendConfig {
             cx: None,
             page_text: false,
             backends: Vec::new(),
-            concurrency: default_concurrency(),
-            requests_per_second: 0,
-            retries: default_retries(),
+            concurrency: None,
+            requests_per_second: None,
+            retries: None,
         }
     }
-}
 
-fn default_concurrency() -> usize {
-    BackendLimits::default().concurrency
-}
-
-fn default_retries() -> u32 {
-    BackendLimits::default().retries
+    /// Its limits, the defaults where unset ([`BackendLimits::default`]:
+    /// 4 calls at once, no rate limit, 2 retries); `strip_html` as given.
+    pub fn limits(&self, strip_html: bool) -> BackendLimits {
+        let d = BackendLimits::default();
+        BackendLimits {
+            concurrency: self.concurrency.unwrap_or(d.concurrency),
+            requests_per_second: self.requests_per_second.unwrap_or(d.requests_per_second),
+            retries: self.retries.unwrap_or(d.retries),
+            strip_html,
+        }
+    }
 }
 
 impl SearchConfig {
@@ -404,13 +409,23 @@ impl BackendConfig {
         let key = |k: &str| format!("search.backends.{name}.{k}");
         let kind = self.kind.name();
         // Settings its kind does not read are mistakes, not silently ignored.
-        let reads: &[&str] = match self.kind {
+        const LIMITS: [&str; 3] = ["concurrency", "requests_per_second", "retries"];
+        let own: &[&str] = match self.kind {
             BackendKind::Tantivy => &["index"],
             BackendKind::Retriever | BackendKind::Flashrag | BackendKind::R1Searcher => &["url"],
             BackendKind::Web(provider) => provider.settings,
             BackendKind::Fallback | BackendKind::Merge => &["backends"],
         };
+        let lists = matches!(self.kind, BackendKind::Fallback | BackendKind::Merge);
+        let reads: Vec<&str> = own
+            .iter()
+            .copied()
+            .chain(LIMITS.iter().copied().filter(|_| !lists))
+            .collect();
         let set = [
+            ("concurrency", self.concurrency.is_some()),
+            ("requests_per_second", self.requests_per_second.is_some()),
+            ("retries", self.retries.is_some()),
             ("url", self.url.is_some()),
             ("index", self.index.is_some()),
             ("api_key_env", self.api_key_env.is_some()),
@@ -419,8 +434,13 @@ impl BackendConfig {
             ("page_text", self.page_text),
         ];
         if let Some((setting, _)) = set.iter().find(|(s, on)| *on && !reads.contains(s)) {
+            let why = if lists && LIMITS.contains(setting) {
+                " (a list has no limits of its own: each member's apply)"
+            } else {
+                ""
+            };
             return Err(ConfigError::Invalid(format!(
-                "{} does not apply to kind = {kind:?} (it reads: {})",
+                "{} does not apply to kind = {kind:?}{why} (it reads: {})",
                 key(setting),
                 reads.join(", ")
             )));
@@ -469,6 +489,7 @@ impl BackendConfig {
             }
             Some(url)
                 if !(url.starts_with("http://") || url.starts_with("https://"))
+                    || url.contains(":///")
                     || !reqwest::Url::parse(url)
                         .is_ok_and(|u| u.host_str().is_some_and(|h| !h.is_empty())) =>
             {
@@ -479,7 +500,7 @@ impl BackendConfig {
             }
             _ => {}
         }
-        if self.concurrency == 0 {
+        if self.concurrency == Some(0) {
             return Err(ConfigError::Invalid(format!(
                 "{} must be at least 1",
                 key("concurrency")
@@ -566,8 +587,8 @@ mod tests {
         .unwrap();
         assert_eq!(config.search.default, "web");
         assert_eq!(config.search.backends["web"].kind.name(), "searxng");
-        assert_eq!(config.search.backends["web"].requests_per_second, 2);
-        assert_eq!(config.search.backends["dense"].concurrency, 4);
+        assert_eq!(config.search.backends["web"].requests_per_second, Some(2));
+        assert_eq!(config.search.backends["dense"].limits(false).concurrency, 4);
         assert_eq!(config.search.index, SearchConfig::default().index);
 
         // Providers with a public endpoint need no `url`; lists name members.
@@ -646,6 +667,14 @@ mod tests {
             (
                 "[search.backends.x]\nkind = \"fallback\"\nbackends = [\"x\"]\n",
                 "names `x` itself",
+            ),
+            (
+                "[search.backends.x]\nkind = \"merge\"\nbackends = [\"tantivy\"]\nretries = 7\n",
+                "search.backends.x.retries does not apply to kind = \"merge\" (a list has no limits",
+            ),
+            (
+                "[search.backends.x]\nkind = \"brave\"\nurl = \"http:///res\"\n",
+                "with a host",
             ),
             (
                 "[search.backends.x]\nkind = \"bing\"\nurl = \"http://h\"\napi_key = \"k\"\n",

@@ -268,7 +268,7 @@ fn retrieval(job: &Job, r: &Retrieval, items: &[QaItem]) -> anyhow::Result<()> {
     let dispatcher = crate::search::dispatcher_from_config(
         search,
         &crate::config::PagesConfig::default(),
-        |v| std::env::var(v).ok(),
+        crate::config::env_value,
     )?;
     dispatcher
         .check_backend(backend)

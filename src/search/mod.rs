@@ -127,15 +127,12 @@ impl SearchError {
     }
 
     /// This error with every occurrence of `secret` (an API key) in its
-    /// message written as `[redacted]`: a provider may quote the key it
-    /// refused. Secrets shorter than 4 characters are left alone (no real
-    /// key is that short, and replacing them would garble the message).
+    /// message, as written or URL-encoded, written as `[redacted]`
+    /// ([`redact_secret`]): a provider may quote the key it refused, or the
+    /// URL that carried it.
     #[must_use]
     pub fn redact(self, secret: &str) -> Self {
-        if secret.len() < 4 {
-            return self;
-        }
-        let r = |m: String| m.replace(secret, "[redacted]");
+        let r = |m: String| redact_secret(m, secret);
         match self {
             SearchError::Backend(m) => SearchError::Backend(r(m)),
             SearchError::Auth(m) => SearchError::Auth(r(m)),
@@ -157,6 +154,25 @@ impl SearchError {
             _ => None,
         }
     }
+}
+
+/// `text` with every occurrence of `secret`, as written and as a URL's
+/// query encodes it (`a+b/c` → `a%2Bb%2Fc`), written as `[redacted]`. An
+/// empty secret changes nothing; providers' keys shorter than 8 characters
+/// are refused at start (`search::setup`), so no short word is replaced.
+pub fn redact_secret(text: String, secret: &str) -> String {
+    if secret.is_empty() {
+        return text;
+    }
+    let mut text = text.replace(secret, "[redacted]");
+    let encoded: String = reqwest::Url::parse_with_params("http://x/", [("k", secret)])
+        .ok()
+        .and_then(|u| u.query().map(|q| q.trim_start_matches("k=").to_string()))
+        .unwrap_or_default();
+    if !encoded.is_empty() && encoded != secret {
+        text = text.replace(&encoded, "[redacted]");
+    }
+    text
 }
 
 /// A search backend: one query → its top `k` documents, best first.

@@ -68,12 +68,7 @@ pub fn dispatcher_from_config(
             continue;
         }
         let url = b.url.clone().unwrap_or_default();
-        let limits = BackendLimits {
-            concurrency: b.concurrency,
-            requests_per_second: b.requests_per_second,
-            retries: b.retries,
-            strip_html: matches!(b.kind, BackendKind::Web(p) if p.strip_html),
-        };
+        let limits = b.limits(matches!(b.kind, BackendKind::Web(p) if p.strip_html));
         let backend: Arc<dyn SearchBackend> = match b.kind {
             BackendKind::Tantivy => {
                 let index = b
@@ -151,8 +146,15 @@ fn web_backend(
             if key.trim() != key || !key.chars().all(|c| c.is_ascii_graphic()) {
                 anyhow::bail!(
                     "search.backends.{name} (kind = {:?}): the key in {var} holds spaces, line \
-                     breaks or characters other than printable ASCII (a trailing newline from a \
-                     file?); {fix}",
+                     breaks, bytes that are not UTF-8 or characters other than printable ASCII \
+                     (a trailing newline from a file?); {fix}",
+                    provider.kind
+                );
+            }
+            if key.chars().count() < 8 {
+                anyhow::bail!(
+                    "search.backends.{name} (kind = {:?}): the key in {var} is shorter than 8 \
+                     characters, which no provider issues; {fix}",
                     provider.kind
                 );
             }

@@ -220,8 +220,21 @@ fn malformed(body: &[u8]) -> Option<Response> {
             )
         }
         Some(_) => {}
-        // A response to the server: passed on.
-        None if object.contains_key("result") || object.contains_key("error") => return None,
+        // A response to the server (it has the id of the request it
+        // answers): passed on.
+        None if (object.contains_key("result") || object.contains_key("error"))
+            && valid_id.is_some() =>
+        {
+            return None
+        }
+        None if object.contains_key("result") || object.contains_key("error") => {
+            return error(
+                &null,
+                -32600,
+                "invalid request: a response carries the `id` (a string or an integer) of the \
+                 request it answers",
+            )
+        }
         None => {
             return error(
                 reply_id,
@@ -250,7 +263,19 @@ fn malformed(body: &[u8]) -> Option<Response> {
     let arguments = params
         .and_then(|p| p.get("arguments"))
         .filter(|a| !a.is_object() && !a.is_null());
-    if object.get("method").and_then(|m| m.as_str()) == Some("tools/call") && arguments.is_some() {
+    let tools_call = object.get("method").and_then(|m| m.as_str()) == Some("tools/call");
+    if tools_call
+        && !params
+            .and_then(|p| p.get("name"))
+            .is_some_and(|n| n.is_string())
+    {
+        return error(
+            id,
+            -32602,
+            "invalid params: tools/call needs `name`, the tool to call (`search` or `research`)",
+        );
+    }
+    if tools_call && arguments.is_some() {
         return error(
             id,
             -32602,
@@ -260,34 +285,79 @@ fn malformed(body: &[u8]) -> Option<Response> {
     None
 }
 
-/// The first top-level key a JSON object names twice (`serde_json` keeps
-/// the last silently); `None` for none, or for a body that is no object.
+/// The first key an object of the message names twice, at any depth, as
+/// a path (`id`, `params.name`); `serde_json` keeps the last silently, and
+/// the SDK would read one where seeker checked another. `None` for none, or
+/// for a body that is not JSON.
 fn repeated_key(body: &[u8]) -> Option<String> {
-    struct Keys;
-    impl<'de> serde::de::Visitor<'de> for Keys {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use std::fmt;
+
+    /// Walks a value; yields the path of the first repeated key under it.
+    struct Walk(String);
+    impl<'de> DeserializeSeed<'de> for Walk {
         type Value = Option<String>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("an object")
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
         }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            mut map: A,
-        ) -> Result<Self::Value, A::Error> {
+    }
+    impl<'de> Visitor<'de> for Walk {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut seen = std::collections::HashSet::new();
-            let mut repeated = None;
+            let mut found = None;
             while let Some(key) = map.next_key::<String>()? {
-                map.next_value::<serde::de::IgnoredAny>()?;
-                if !seen.insert(key.clone()) && repeated.is_none() {
-                    repeated = Some(key);
+                let path = if self.0.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{}.{key}", self.0)
+                };
+                if found.is_some() {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
                 }
+                if !seen.insert(key) {
+                    map.next_value::<IgnoredAny>()?;
+                    found = Some(path);
+                    continue;
+                }
+                found = map.next_value_seed(Walk(path))?;
             }
-            Ok(repeated)
+            Ok(found)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut found = None;
+            let mut i = 0;
+            while let Some(f) = seq.next_element_seed(Walk(format!("{}[{i}]", self.0)))? {
+                found = found.or(f);
+                i += 1;
+            }
+            Ok(found)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
         }
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde::Deserializer::deserialize_map(&mut de, Keys)
-        .ok()
-        .flatten()
+    Walk(String::new()).deserialize(&mut de).ok().flatten()
 }
 
 /// Whether `headers` declare a JSON body.

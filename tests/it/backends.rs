@@ -888,9 +888,9 @@ fn backends_come_from_the_config_and_a_missing_key_names_its_variable() {
     let bing = BackendConfig {
         url: Some("http://127.0.0.1:9/v7.0/search".into()),
         api_key_env: Some("MY_BING_KEY".into()),
-        concurrency: 2,
-        requests_per_second: 3,
-        retries: 1,
+        concurrency: Some(2),
+        requests_per_second: Some(3),
+        retries: Some(1),
         ..BackendConfig::of(BackendKind::named("bing").unwrap())
     };
     let config = SearchConfig {
@@ -907,7 +907,7 @@ fn backends_come_from_the_config_and_a_missing_key_names_its_variable() {
         "{err}"
     );
     let d = seeker::search::dispatcher_from_config(&config, &Default::default(), |var| {
-        (var == "MY_BING_KEY").then(|| "k".to_string())
+        (var == "MY_BING_KEY").then(|| "bing-key-0123".to_string())
     })
     .unwrap();
     assert_eq!(d.backend_names(), ["bing", "tantivy"]);
@@ -944,8 +944,8 @@ fn dense_without_an_index_says_how_to_build_it_and_a_configured_dense_wins() {
 
     let remote = BackendConfig {
         url: Some("http://127.0.0.1:9/retrieve".into()),
-        concurrency: 2,
-        retries: 0,
+        concurrency: Some(2),
+        retries: Some(0),
         ..BackendConfig::of(BackendKind::Retriever)
     };
     let config = SearchConfig {

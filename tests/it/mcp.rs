@@ -293,6 +293,12 @@ async fn malformed_ids_and_arguments_get_json_rpc_errors() {
         (r#"{"id": 5, "method": "tools/list"}"#, json!(5)),
         (r#"{"jsonrpc": "2.0", "id": 5}"#, json!(5)),
         (r#"{"jsonrpc": "2.0", "id": 5, "method": 3}"#, json!(5)),
+        // A repeated key inside params too; a response without an id.
+        (
+            r#"{"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "search", "name": "research"}}"#,
+            Value::Null,
+        ),
+        (r#"{"jsonrpc": "2.0", "result": {}}"#, Value::Null),
     ] {
         let (status, _, text) = call(Arc::clone(&state), "POST", &headers, body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
@@ -300,6 +306,13 @@ async fn malformed_ids_and_arguments_get_json_rpc_errors() {
         assert_eq!(v["error"]["code"], -32600, "{body}: {text}");
         assert_eq!(v["id"], id, "{body}: {text}");
     }
+    // tools/call without a tool name: -32602 (it was -32601, "method not found").
+    let nameless = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"arguments": {"queries": ["x"]}}});
+    let (status, _, text) = call(Arc::clone(&state), "POST", &headers, &nameless.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["error"]["code"], -32602, "{text}");
     for params in [json!("x"), json!([1])] {
         let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": params});
         let (status, _, text) = call(Arc::clone(&state), "POST", &headers, &body.to_string()).await;

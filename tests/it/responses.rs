@@ -385,10 +385,35 @@ async fn function_tool_errors_name_the_responses_fields() {
             {"type": "function_call_output", "output": "x"}]}),
             "input[1].call_id",
         ),
+        // Calls and outputs pair up, named in the Responses request's terms
+        // (issue 48: they were named as chat messages' `tool_calls`).
+        (
+            json!({"input": [{"role": "user", "content": "q"},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "x"}]}),
+            "input[2]",
+        ),
+        (
+            json!({"input": [{"role": "user", "content": "q"},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c9", "output": "x"}]}),
+            "input[2].call_id",
+        ),
+        (
+            json!({"input": [{"role": "user", "content": "q"},
+            {"type": "function_call_output", "call_id": "c1", "output": "x"}]}),
+            "input[1]",
+        ),
     ];
     for (extra, param) in cases {
         let (status, body) = respond(script(), extra.clone()).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{extra}: {body}");
         assert_eq!(error_of(&body)["param"], param, "{extra}: {body}");
+        let message = error_of(&body)["message"].as_str().unwrap().to_string();
+        assert!(
+            !message.contains("tool_call") && !message.contains("messages["),
+            "chat words in a Responses error: {message}"
+        );
     }
 }

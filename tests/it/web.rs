@@ -311,7 +311,7 @@ fn provider_config(base: &str, mode: &str, provider: &str) -> BackendConfig {
         api_key_env: (provider != "searxng")
             .then(|| format!("TEST_{}_KEY", provider.to_uppercase())),
         cx: (provider == "google").then(|| "engine-0123".to_string()),
-        retries: 1,
+        retries: Some(1),
         ..BackendConfig::of(BackendKind::named(provider).unwrap())
     }
 }
@@ -517,10 +517,11 @@ fn a_missing_key_or_cx_is_named_at_start() {
         .into(),
         ..SearchConfig::default()
     };
-    let err =
-        seeker::search::dispatcher_from_config(&config, &Default::default(), |_| Some("k".into()))
-            .unwrap_err()
-            .to_string();
+    let err = seeker::search::dispatcher_from_config(&config, &Default::default(), |_| {
+        Some("google-key-0123".into())
+    })
+    .unwrap_err()
+    .to_string();
     assert!(err.contains("`cx`"), "{err}");
     // A key that is empty, or holds a line break, a space or other than
     // printable ASCII, is refused at start (for Google too, whose key

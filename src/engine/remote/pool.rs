@@ -356,9 +356,10 @@ impl Inner {
     /// the session's own replica when it is usable and not [slow](Inner::slow),
     /// else the usable one with the fewest generations in flight, slow ones
     /// last, and among equals the one placed on longest ago (turns). The
-    /// pick counts as in flight at once (requests that arrive together
-    /// spread over the replicas); the caller gives it back with
-    /// [`Inner::done`].
+    /// pick counts as in flight at once, and is taken only if the replica's
+    /// count is still what the choice saw (requests that arrive together
+    /// spread over the replicas, even when they choose at the same instant);
+    /// the caller gives it back with [`Inner::done`].
     pub(super) async fn pick(&self, session: Option<u64>, tried: &[usize]) -> Option<usize> {
         if let Some(session) = session {
             if let Some(i) = self.sessions.get(&session).await {
@@ -368,28 +369,47 @@ impl Inner {
                 }
             }
         }
-        let mut order: Vec<usize> = (0..self.replicas.len())
-            .filter(|i| !tried.contains(i))
-            .collect();
-        // Each key once (`slow` locks and reads every replica's times).
-        order.sort_by_cached_key(|&i| {
-            (
-                self.slow(i),
-                self.replica(i).in_flight.load(Ordering::Relaxed),
-                self.replica(i).last_placed.load(Ordering::Relaxed),
-                i,
-            )
-        });
-        for i in order {
-            if self.usable(i).await {
+        loop {
+            // Each replica with the generations in flight it had when
+            // sorted: the pick takes a slot only if that is still so, so
+            // two rollouts choosing at once cannot both take the idle one.
+            let mut order: Vec<(usize, usize)> = (0..self.replicas.len())
+                .filter(|i| !tried.contains(i))
+                .map(|i| (i, self.replica(i).in_flight.load(Ordering::Acquire)))
+                .collect();
+            // Each key once (`slow` locks and reads every replica's times).
+            order.sort_by_cached_key(|&(i, in_flight)| {
+                (
+                    self.slow(i),
+                    in_flight,
+                    self.replica(i).last_placed.load(Ordering::Relaxed),
+                    i,
+                )
+            });
+            let mut raced = false;
+            for (i, seen) in order {
+                if !self.usable(i).await {
+                    continue;
+                }
                 let replica = self.replica(i);
-                replica.in_flight.fetch_add(1, Ordering::Relaxed);
+                if replica
+                    .in_flight
+                    .compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
+                    // Another pick (or a finished generation) changed it:
+                    // choose again from fresh counts.
+                    raced = true;
+                    break;
+                }
                 let stamp = self.placements.fetch_add(1, Ordering::Relaxed) + 1;
                 replica.last_placed.store(stamp, Ordering::Relaxed);
                 return Some(i);
             }
+            if !raced {
+                return None;
+            }
         }
-        None
     }
 
     /// A generation picked on replica `i` ended (or never started).
@@ -445,6 +465,24 @@ mod tests {
         // Replica 1 finishes first: the next rollout goes there.
         pool.done(1);
         assert_eq!(pool.pick(None, &[]).await, Some(1));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn rollouts_choosing_at_the_same_instant_take_different_replicas() {
+        for _ in 0..200 {
+            let pool = std::sync::Arc::new(pool(3));
+            let picks = (0..3).map(|_| {
+                let pool = std::sync::Arc::clone(&pool);
+                tokio::spawn(async move { pool.pick(None, &[]).await.unwrap() })
+            });
+            let mut picked: Vec<usize> = futures::future::join_all(picks)
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+            picked.sort_unstable();
+            assert_eq!(picked, [0, 1, 2]);
+        }
     }
 
     #[tokio::test]

@@ -283,6 +283,11 @@ impl Inner {
                 if let Some(c) = cached {
                     self.metrics.prompt_tokens_cached.inc_by(c as u64);
                 }
+                // What the server computed: the round's prompt less what it
+                // says it took from its cache (all of it when it says nothing).
+                self.metrics
+                    .prompt_tokens_prefilled
+                    .inc_by(tokens.saturating_sub(cached.unwrap_or(0)) as u64);
                 if state
                     .tx
                     .send(Ok(EngineEvent::Prompt { tokens, cached }))

@@ -44,6 +44,8 @@ pub struct BraveBackend {
 /// Characters of a query Brave takes (its documented limit: 400 characters,
 /// 50 words; longer is a 422).
 const MAX_QUERY_CHARS: usize = 400;
+/// Words of a query Brave takes (the same documented limit).
+const MAX_QUERY_WORDS: usize = 50;
 
 impl BraveBackend {
     /// A backend on `settings.url` with `settings.key`.
@@ -102,7 +104,12 @@ fn classify(_status: u16, message: &str) -> Option<SearchError> {
 impl SearchBackend for BraveBackend {
     async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError> {
         let count = k.clamp(1, 20).to_string();
-        let query = limit_query(query, MAX_QUERY_CHARS);
+        let words: Vec<&str> = limit_query(query, MAX_QUERY_CHARS)
+            .split_whitespace()
+            .take(MAX_QUERY_WORDS)
+            .collect();
+        let query = words.join(" ");
+        let query = query.as_str();
         let request = self
             .client
             .get(&self.url)

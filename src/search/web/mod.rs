@@ -140,11 +140,17 @@ pub const MAX_BODY_BYTES: usize = 4 << 20;
 const MAX_MESSAGE_CHARS: usize = 200;
 
 /// An HTTP client for search providers: connect timeout 3 s, no overall
-/// timeout (the dispatcher's deadlines apply), identifying user agent.
+/// timeout (the dispatcher's deadlines apply), identifying user agent, and
+/// no redirects followed and no `Referer` sent: a provider's API does not
+/// redirect, and following one would carry the key (a header reqwest keeps
+/// across hosts, or Google's URL as the `Referer`) to another server. A 3xx
+/// is an `http_status` error.
 pub fn http_client() -> reqwest::Client {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(3))
         .user_agent(concat!("seeker/", env!("CARGO_PKG_VERSION")))
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
         .build()
         .expect("the HTTP client builds")
 }
@@ -256,8 +262,8 @@ pub(crate) async fn read_body_as(
     let wait = retry_after(response.headers());
     let body = read_capped(response).await?;
     let redact = |text: String| match secret {
-        Some(secret) if secret.len() >= 4 => text.replace(secret, "[redacted]"),
-        _ => text,
+        Some(secret) => super::redact_secret(text, secret),
+        None => text,
     };
     if status == StatusCode::TOO_MANY_REQUESTS {
         let text = message(&body).map(redact).unwrap_or_default();
@@ -271,10 +277,12 @@ pub(crate) async fn read_body_as(
         // splice and the stream); a raw body (an HTML error page, a traceback
         // with the provider's file paths) goes to the log alone.
         let text = message(&body).map(redact).unwrap_or_else(|| {
-            let raw = String::from_utf8_lossy(&body[..body.len().min(MAX_MESSAGE_CHARS * 4)]);
+            // Redacted whole, then cut: a cut could split the key.
+            let raw = redact(String::from_utf8_lossy(&body).into_owned());
+            let raw = super::clean::truncate_chars(&raw, MAX_MESSAGE_CHARS * 4);
             tracing::warn!(
                 status = status.as_u16(),
-                body = %redact(super::clean::collapse_whitespace(&raw)),
+                body = %super::clean::collapse_whitespace(raw),
                 "search provider error without a structured message"
             );
             String::new()

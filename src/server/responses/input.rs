@@ -61,6 +61,7 @@ pub(super) fn conversation(
                     None => {}
                 }
             }
+            check_call_outputs(&items)?;
         }
         _ => {
             return Err(ApiError::invalid_field(
@@ -87,6 +88,84 @@ enum Input {
     Message(ChatMessage),
     /// A function call the model made (part of an assistant turn).
     Call(ToolCallObject),
+}
+
+/// Checks that function calls and their outputs pair up, in the Responses
+/// request's own terms (the chat check behind it would name chat fields):
+/// a `function_call_output` answers a `function_call` of the calls before it
+/// (since the last message), by `call_id`, and every such call is answered
+/// before the next message or the end — OpenAI's API refuses an unanswered
+/// call ("No tool output found for function call …").
+///
+/// # Errors
+/// A 400 naming `input[i]` (an output with no call before it, or a call no
+/// output answers) or `input[i].call_id` (an id of no open call).
+fn check_call_outputs(items: &[Value]) -> Result<(), ApiError> {
+    // The calls of the current assistant turn: (item index, call_id, answered).
+    let mut open: Vec<(usize, &str, bool)> = Vec::new();
+    let mut answering = false;
+    let unanswered = |open: &[(usize, &str, bool)]| match open.iter().find(|c| !c.2) {
+        Some((j, id, _)) => Err(ApiError::invalid_field(
+            &format!("input[{j}]"),
+            format!(
+                "the function_call `{}` (input[{j}]) has no function_call_output answering \
+                 it: send its output after it, or leave the call out",
+                clip(id)
+            ),
+        )),
+        None => Ok(()),
+    };
+    for (i, item) in items.iter().enumerate() {
+        let kind = item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("message");
+        let call_id = item.get("call_id").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "function_call" => {
+                if answering {
+                    unanswered(&open)?;
+                    open.clear();
+                    answering = false;
+                }
+                open.push((i, call_id, false));
+            }
+            "function_call_output" => {
+                if open.is_empty() {
+                    return Err(ApiError::invalid_field(
+                        &format!("input[{i}]"),
+                        format!(
+                            "input[{i}] is a function_call_output, but no function_call comes \
+                             before it"
+                        ),
+                    ));
+                }
+                match open.iter_mut().find(|c| c.1 == call_id) {
+                    Some(call) => call.2 = true,
+                    None => {
+                        let ids: Vec<&str> = open.iter().map(|c| c.1).collect();
+                        return Err(ApiError::invalid_field(
+                            &format!("input[{i}].call_id"),
+                            format!(
+                                "`{}` is the call_id of no function_call before it (those \
+                                 open: {})",
+                                clip(call_id),
+                                ids.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                answering = true;
+            }
+            "reasoning" | "web_search_call" => {}
+            _ => {
+                unanswered(&open)?;
+                open.clear();
+                answering = false;
+            }
+        }
+    }
+    unanswered(&open)
 }
 
 /// One input item; `None` for the items of an earlier response that are
