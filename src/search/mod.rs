@@ -189,3 +189,22 @@ pub trait SearchBackend: Send + Sync {
     /// A [`SearchError`] for this query only.
     async fn search(&self, query: &str, k: usize) -> Result<Vec<Document>, SearchError>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_redacted_as_written_and_url_encoded() {
+        let key = "ab+cd/ef=gh12&x";
+        let text = format!("bad key {key} in GET /v1?key=ab%2Bcd%2Fef%3Dgh12%26x&q=1");
+        let out = redact_secret(text, key);
+        assert_eq!(out, "bad key [redacted] in GET /v1?key=[redacted]&q=1");
+        assert_eq!(redact_secret("nothing".into(), ""), "nothing");
+        let e = SearchError::Auth(format!("token {key} refused")).redact(key);
+        assert_eq!(
+            e.to_string(),
+            "search provider refused the API key: token [redacted] refused"
+        );
+    }
+}

@@ -528,6 +528,7 @@ fn a_missing_key_or_cx_is_named_at_start() {
     // travels in the URL), naming its variable and never the key.
     for (key, says) in [
         ("", "set but empty"),
+        ("short1", "shorter than 8"),
         ("KEY-google-5ecret\n", "line"),
         (" KEY-google-5ecret", "spaces"),
         ("KEY-gøøgle-5ecret", "printable ASCII"),
@@ -985,4 +986,92 @@ async fn no_key_appears_in_logs_answers_events_or_metrics() {
         assert!(!logged.contains("5ecret"), "a key's part in the log");
         assert!(!seen.contains("5ecret"), "a key's part in an answer");
     }
+}
+
+/// A provider URL that redirects is not followed: the key never reaches the
+/// server it points to (reqwest keeps custom headers across hosts), and the
+/// query fails as `http_status`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redirect_is_not_followed_with_the_key() {
+    let reached = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&reached);
+    let target = serve(Router::new().fallback(move || {
+        let seen = Arc::clone(&seen);
+        async move {
+            seen.fetch_add(1, Ordering::SeqCst);
+            Json(results("brave", "x", 1))
+        }
+    }))
+    .await;
+    let location = format!("{target}/res/v1/web/search");
+    let redirector = serve(Router::new().fallback(move || {
+        let location = location.clone();
+        async move {
+            (
+                StatusCode::FOUND,
+                [(axum::http::header::LOCATION, location)],
+            )
+                .into_response()
+        }
+    }))
+    .await;
+    let brave = BackendConfig {
+        url: Some(format!("{redirector}/res/v1/web/search")),
+        api_key_env: Some("TEST_BRAVE_KEY".into()),
+        ..BackendConfig::of(BackendKind::named("brave").unwrap())
+    };
+    let config = SearchConfig {
+        index: shared_index().to_path_buf(),
+        backends: [("brave".to_string(), brave)].into(),
+        ..SearchConfig::default()
+    };
+    let d = seeker::search::dispatcher_from_config(&config, &Default::default(), env_keys).unwrap();
+    let r = d
+        .search_round(Some("brave"), &["ok x".to_string()], 2)
+        .await;
+    assert_eq!(kind(&r[0]), "http_status", "{:?}", r[0].result);
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+}
+
+/// An environment variable that is not UTF-8 no longer crashes the start:
+/// another program's is skipped; a `SEEKER_` one is an error naming it,
+/// never printing its bytes.
+#[test]
+fn a_variable_that_is_not_utf8_is_named_or_skipped() {
+    use std::os::unix::ffi::OsStringExt;
+    let bad = std::ffi::OsString::from_vec(b"zz\xff\xfe-5ecret".to_vec());
+    let out = Command::new(seeker_bin())
+        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .current_dir(crate::common::root())
+        .env("SEEKER_SEARCH__DEFAULT", &bad)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("SEEKER_SEARCH__DEFAULT") && stderr.contains("not UTF-8"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("5ecret") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    // Another program's variable: the server starts (and is stopped).
+    let mut child = Command::new(seeker_bin())
+        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .current_dir(crate::common::root())
+        .env("SEEKER_SEARCH__INDEX", shared_index())
+        .env("OTHER_PROGRAMS_VARIABLE", &bad)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = announced(&mut child, "seeker listening on ");
+    assert!(base.starts_with("http://127.0.0.1:"));
+    let _ = child.kill();
+    let _ = child.wait();
 }
