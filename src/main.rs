@@ -502,6 +502,10 @@ fn cmd_eval(args: EvalArgs) -> anyhow::Result<()> {
             api_key: args.api_key.map(seeker::secret::Secret::from),
         })
     };
+    // A report directory that cannot be one fails now, not after the run.
+    if let Some(dir) = &args.report {
+        seeker::eval::report::check_dir(dir)?;
+    }
     let out = job.out.clone();
     run_job(&job, target)?;
     if let (Some(dir), Some(out)) = (args.report, out) {

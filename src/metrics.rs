@@ -14,10 +14,12 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-/// Latency buckets in seconds, 5 ms to 5 min: search calls take milliseconds,
-/// CPU rollouts take tens of seconds.
+/// Latency buckets in seconds, 5 ms to 10 min: search calls take
+/// milliseconds, CPU rollouts tens of seconds, and a request may run for
+/// `server.request_timeout_s` (600 s by default).
 const LATENCY_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+    600.0,
 ];
 
 /// Buckets for small counts (rounds per request, queries per round).

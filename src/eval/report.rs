@@ -9,18 +9,21 @@
 //!   answer, and the supporting-article recall;
 //! - `by_difficulty.svg`: the mean score by hops (datasets that give them);
 //! - `searches.svg`: the share of questions by number of searches;
-//! - `latency.svg`: the distribution (CDF) of seconds per question;
+//! - `latency.svg`: the distribution (CDF) of seconds per completed
+//!   question, as a share of all the run's questions (failed ones never
+//!   arrive);
 //! - `compare.svg` (exactly two runs): per question, which run scored higher.
 //!
-//! Plots are drawn with `plotters`' SVG backend (text as SVG `<text>`, drawn
-//! by the viewer).
+//! Plots are drawn by [`super::plot`]. Runs with the same `policy · backend`
+//! are told apart by their file's directory (and name, if need be); a run keeps its colour
+//! in every plot. A line that is not a question result (no `id`, a score
+//! outside 0..=1, negative seconds), the same file twice, or an `--out` that
+//! is a file are errors.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use plotters::prelude::SeriesLabelPosition;
-
-use super::plot::{grouped_bars, lines, LineStyle};
+use super::plot::{grouped_bars, lines, LineStyle, Series};
 use super::QuestionResult;
 
 /// One evaluation run: its label and its questions.
@@ -49,8 +52,18 @@ pub enum ReportError {
     },
     #[error("{0}: holds no question")]
     Empty(PathBuf),
+    #[error("{path}, line {line}: not a `seeker eval` result: {why}")]
+    Invalid {
+        path: PathBuf,
+        line: usize,
+        why: String,
+    },
     #[error("drawing {plot}: {message}")]
     Draw { plot: &'static str, message: String },
+    #[error("{0} is given twice")]
+    Twice(PathBuf),
+    #[error("{0} is a file, not a directory for the report")]
+    NotADirectory(PathBuf),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ReportError + '_ {
@@ -72,20 +85,43 @@ pub fn read_run(path: &Path) -> Result<Run, ReportError> {
         if line.trim().is_empty() {
             continue;
         }
-        let result = serde_json::from_str(line).map_err(|source| ReportError::Parse {
-            path: path.to_path_buf(),
-            line: i + 1,
-            source,
-        })?;
+        let result: QuestionResult =
+            serde_json::from_str(line).map_err(|source| ReportError::Parse {
+                path: path.to_path_buf(),
+                line: i + 1,
+                source,
+            })?;
+        let scores = [result.em, result.cover_em, result.f1, result.set_f1];
+        let invalid = if result.id.is_empty() {
+            Some("it has no `id`".to_string())
+        } else if let Some(v) = scores.iter().flatten().find(|v| !(0.0..=1.0).contains(*v)) {
+            Some(format!("a score of {v} is outside 0..=1"))
+        } else if !(result.seconds.is_finite() && result.seconds >= 0.0) {
+            Some(format!("`seconds` is {}", result.seconds))
+        } else {
+            None
+        };
+        if let Some(why) = invalid {
+            return Err(ReportError::Invalid {
+                path: path.to_path_buf(),
+                line: i + 1,
+                why,
+            });
+        }
         results.push(result);
     }
     if results.is_empty() {
         return Err(ReportError::Empty(path.to_path_buf()));
     }
     let summary = path.with_extension("summary.json");
-    let label = std::fs::read(&summary)
+    let parsed = std::fs::read(&summary)
         .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .map(|b| serde_json::from_slice::<serde_json::Value>(&b));
+    if let Some(Err(e)) = &parsed {
+        tracing::warn!(summary = %summary.display(), error = %e, "unreadable summary; the run is named by its file");
+    }
+    let label = parsed
+        .and_then(Result::ok)
         .and_then(|v| {
             let config = &v["config"];
             let policy = config["policy"].as_str()?;
@@ -170,13 +206,13 @@ pub fn plots(runs: &[Run]) -> Result<Vec<Plot>, ReportError> {
         .iter()
         .map(|(m, _)| m.to_string())
         .collect();
-    let series: Vec<(String, Vec<Option<f64>>)> = runs
+    let series: Vec<Series<Vec<Option<f64>>>> = runs
         .iter()
-        .map(|r| {
-            (
-                r.label.clone(),
-                headline(r).into_iter().map(|(_, v)| v).collect(),
-            )
+        .enumerate()
+        .map(|(i, r)| Series {
+            run: i,
+            name: r.label.clone(),
+            values: headline(r).into_iter().map(|(_, v)| v).collect(),
         })
         .collect();
     plots.push(Plot {
@@ -193,27 +229,32 @@ pub fn plots(runs: &[Run]) -> Result<Vec<Plot>, ReportError> {
     });
 
     // By difficulty (hops), where the dataset gives it.
-    let by_difficulty: Vec<(String, Vec<(f64, f64)>)> = runs
+    let by_difficulty: Vec<Series<Vec<(f64, f64)>>> = runs
         .iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(i, r)| {
             let mut groups: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
             for q in &r.results {
                 if let Some(d) = q.difficulty {
                     groups.entry(d).or_default().push(score(q));
                 }
             }
-            let points = groups
+            let points: Vec<(f64, f64)> = groups
                 .into_iter()
                 .map(|(d, s)| (f64::from(d), mean(s.into_iter()).unwrap_or(0.0)))
                 .collect();
-            (r.label.clone(), points)
+            Series {
+                run: i,
+                name: r.label.clone(),
+                values: points,
+            }
         })
-        .filter(|(_, p): &(String, Vec<(f64, f64)>)| !p.is_empty())
+        .filter(|s| !s.values.is_empty())
         .collect();
     if !by_difficulty.is_empty() {
         let xs = by_difficulty
             .iter()
-            .flat_map(|(_, p)| p.iter().map(|(x, _)| *x));
+            .flat_map(|s| s.values.iter().map(|(x, _)| *x));
         let (lo, hi) = xs.fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(x), b.max(x)));
         plots.push(Plot {
             file: "by_difficulty.svg",
@@ -227,7 +268,6 @@ pub fn plots(runs: &[Run]) -> Result<Vec<Plot>, ReportError> {
                 LineStyle {
                     markers: true,
                     whole_x: true,
-                    legend: SeriesLabelPosition::UpperRight,
                 },
             )?,
         });
@@ -250,16 +290,21 @@ pub fn plots(runs: &[Run]) -> Result<Vec<Plot>, ReportError> {
             }
         })
         .collect();
-    let shares: Vec<(String, Vec<Option<f64>>)> = runs
+    let shares: Vec<Series<Vec<Option<f64>>>> = runs
         .iter()
-        .map(|r| {
+        .enumerate()
+        .map(|(i, r)| {
             let known: Vec<usize> = r.results.iter().filter_map(|q| q.searches).collect();
             let share = |n: usize| {
                 (!known.is_empty()).then(|| {
                     known.iter().filter(|&&s| s.min(cap) == n).count() as f64 / known.len() as f64
                 })
             };
-            (r.label.clone(), (0..=most).map(share).collect())
+            Series {
+                run: i,
+                name: r.label.clone(),
+                values: (0..=most).map(share).collect(),
+            }
         })
         .collect();
     plots.push(Plot {
@@ -275,58 +320,74 @@ pub fn plots(runs: &[Run]) -> Result<Vec<Plot>, ReportError> {
         )?,
     });
 
-    // Seconds per question, as a CDF.
-    let cdfs: Vec<(String, Vec<(f64, f64)>)> = runs
+    // Seconds per completed question, as a CDF over the run's questions
+    // (failed ones never reach 1: a run that failed half its questions
+    // tops out at 0.5).
+    let cdfs: Vec<Series<Vec<(f64, f64)>>> = runs
         .iter()
-        .map(|r| {
-            let mut s: Vec<f64> = r.results.iter().map(|q| q.seconds).collect();
+        .enumerate()
+        .map(|(i, r)| {
+            let mut s: Vec<f64> = r
+                .results
+                .iter()
+                .filter(|q| q.error.is_none() && q.seconds.is_finite())
+                .map(|q| q.seconds)
+                .collect();
             s.sort_by(f64::total_cmp);
-            let n = s.len() as f64;
+            let n = r.results.len() as f64;
             let points = s
                 .iter()
                 .enumerate()
-                .map(|(i, &x)| (x, (i + 1) as f64 / n))
+                .map(|(k, &x)| (x, (k + 1) as f64 / n))
                 .collect();
-            (r.label.clone(), points)
+            Series {
+                run: i,
+                name: r.label.clone(),
+                values: points,
+            }
         })
         .collect();
     let slowest = cdfs
         .iter()
-        .flat_map(|(_, p)| p.iter().map(|(x, _)| *x))
+        .flat_map(|s| s.values.iter().map(|(x, _)| *x))
         .fold(0.0f64, f64::max);
     plots.push(Plot {
         file: "latency.svg",
         title: "Seconds per question",
         svg: lines(
             "latency.svg",
-            "Seconds per question (share answered within)",
+            "Seconds per question (share of all answered within)",
             ("seconds", "share of questions"),
             &cdfs,
             (0.0..(slowest * 1.05).max(1.0), 0.0..1.0),
             LineStyle {
                 markers: false,
                 whole_x: false,
-                legend: SeriesLabelPosition::LowerRight,
             },
         )?,
     });
 
     if let [a, b] = runs {
         let outcome = compare(a, b);
+        if outcome.a_higher + outcome.b_higher + outcome.same == 0 {
+            // No question in both runs: nothing to compare (the page says so).
+            return Ok(plots);
+        }
         let groups = vec![
             format!("{} higher", short(&a.label)),
             format!("{} higher", short(&b.label)),
             "same score".to_string(),
         ];
         let total = (outcome.a_higher + outcome.b_higher + outcome.same).max(1) as f64;
-        let series = vec![(
-            "questions in both runs".to_string(),
-            vec![
+        let series = vec![Series {
+            run: 0,
+            name: "questions in both runs".to_string(),
+            values: vec![
                 Some(outcome.a_higher as f64 / total),
                 Some(outcome.b_higher as f64 / total),
                 Some(outcome.same as f64 / total),
             ],
-        )];
+        }];
         plots.push(Plot {
             file: "compare.svg",
             title: "Run against run",
@@ -433,14 +494,18 @@ pub fn html(runs: &[Run], plots: &[Plot]) -> String {
     out.push_str("</tbody></table>\n<p>Score: set F1 for a set answer, else token F1 (best over the golds); a failed question scores 0.</p>\n");
     if let [a, b] = runs {
         let c = compare(a, b);
-        out.push_str(&format!(
-            "<p>Question by question: {} higher on {}, {} higher on {}, the same on {}.</p>\n",
-            esc(&a.label),
-            c.a_higher,
-            esc(&b.label),
-            c.b_higher,
-            c.same
-        ));
+        if c.a_higher + c.b_higher + c.same == 0 {
+            out.push_str("<p>The two runs share no question (by id): nothing to compare.</p>\n");
+        } else {
+            out.push_str(&format!(
+                "<p>Question by question: {} higher on {}, {} higher on {}, the same on {}.</p>\n",
+                esc(&a.label),
+                c.a_higher,
+                esc(&b.label),
+                c.b_higher,
+                c.same
+            ));
+        }
     }
     for plot in plots {
         // The SVG's own XML declaration does not belong inside HTML.
@@ -459,6 +524,62 @@ pub fn html(runs: &[Run], plots: &[Plot]) -> String {
     out
 }
 
+/// Refuses a report directory that exists as something else (a file).
+///
+/// # Errors
+/// [`ReportError::NotADirectory`].
+pub fn check_dir(dir: &Path) -> Result<(), ReportError> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(ReportError::NotADirectory(dir.to_path_buf()));
+    }
+    Ok(())
+}
+
+/// `runs` with labels told apart: runs whose `policy · backend` is the same
+/// get their file's directory after it (`rag · tantivy (seed2-5k)`), or
+/// directory and file name when the directories do not tell them apart.
+fn distinct_labels(mut runs: Vec<Run>) -> Vec<Run> {
+    let labels: Vec<String> = runs.iter().map(|r| r.label.clone()).collect();
+    let dir = |r: &Run| {
+        r.path
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let place = |r: &Run| {
+        let stem = r
+            .path
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match dir(r) {
+            d if d.is_empty() => stem,
+            d => format!("{d}/{stem}"),
+        }
+    };
+    let dirs: Vec<String> = runs.iter().map(dir).collect();
+    let places: Vec<String> = runs.iter().map(place).collect();
+    for (i, run) in runs.iter_mut().enumerate() {
+        let clashing: Vec<usize> = (0..labels.len())
+            .filter(|&j| labels[j] == labels[i])
+            .collect();
+        if clashing.len() < 2 {
+            continue;
+        }
+        let dirs_differ = clashing
+            .iter()
+            .all(|&j| clashing.iter().filter(|&&k| dirs[k] == dirs[j]).count() == 1);
+        let suffix = if dirs_differ && !dirs[i].is_empty() {
+            dirs[i].clone()
+        } else {
+            places[i].clone()
+        };
+        run.label = format!("{} ({suffix})", run.label);
+    }
+    runs
+}
+
 /// Writes `report.html` and every plot's SVG into `dir` (created if
 /// missing); the files written.
 ///
@@ -468,7 +589,14 @@ pub fn write(runs: &[Run], dir: &Path) -> Result<Vec<PathBuf>, ReportError> {
     if runs.is_empty() {
         return Err(ReportError::Empty(dir.to_path_buf()));
     }
+    for (i, run) in runs.iter().enumerate() {
+        if runs[..i].iter().any(|r| r.path == run.path) {
+            return Err(ReportError::Twice(run.path.clone()));
+        }
+    }
+    check_dir(dir)?;
     std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let runs = &distinct_labels(runs.to_vec());
     let plots = plots(runs)?;
     let mut written = Vec::new();
     for plot in &plots {
@@ -564,6 +692,29 @@ mod tests {
     }
 
     #[test]
+    fn runs_are_told_apart_and_nothing_is_compared_without_shared_questions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = run("rag · tantivy", &[1.0, 0.0]);
+        a.path = PathBuf::from("seed1/rag.tantivy.jsonl");
+        let mut b = run("rag · tantivy", &[0.5]);
+        b.path = PathBuf::from("seed2/rag.tantivy.jsonl");
+        for q in &mut b.results {
+            q.id = format!("other-{}", q.id);
+        }
+        let written = write(&[a.clone(), b], dir.path()).unwrap();
+        assert!(!written.iter().any(|p| p.ends_with("compare.svg")));
+        let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+        assert!(page.contains("rag · tantivy (seed1)"), "{page}");
+        assert!(page.contains("rag · tantivy (seed2)"), "{page}");
+        assert!(page.contains("share no question"), "{page}");
+        let e = write(&[a.clone(), a], dir.path()).unwrap_err().to_string();
+        assert!(e.contains("given twice"), "{e}");
+        let file = dir.path().join("report.html");
+        let e = write(&[run("x", &[1.0])], &file).unwrap_err().to_string();
+        assert!(e.contains("not a directory"), "{e}");
+    }
+
+    #[test]
     fn scores_read_set_f1_then_f1_and_failures_score_zero() {
         let mut q = QuestionResult {
             f1: Some(0.4),
@@ -592,6 +743,15 @@ mod tests {
         std::fs::write(&path, "{\"id\": \"q1\"}\nnot json\n").unwrap();
         let e = read_run(&path).unwrap_err().to_string();
         assert!(e.contains("line 2"), "{e}");
+        for (line, says) in [
+            ("{\"seconds\": 1.0}", "no `id`"),
+            ("{\"id\": \"q\", \"set_f1\": 7.5}", "outside 0..=1"),
+            ("{\"id\": \"q\", \"seconds\": -1.0}", "`seconds` is -1"),
+        ] {
+            std::fs::write(&path, format!("{line}\n")).unwrap();
+            let e = read_run(&path).unwrap_err().to_string();
+            assert!(e.contains(says) && e.contains("line 1"), "{line}: {e}");
+        }
         std::fs::write(&path, "\n").unwrap();
         assert!(read_run(&path)
             .unwrap_err()

@@ -438,7 +438,14 @@ impl Dispatcher {
         let results = futures::future::join_all(searches).await;
         for r in &results {
             if let Err(e) = &r.result {
-                self.count_failure(name, e);
+                if list.is_some() {
+                    // Its members' failures are counted under their names
+                    // (and its queries are theirs): counting it again would
+                    // count one failure twice, against no query of its own.
+                    tracing::warn!(backend = name, kind = e.kind(), error = %e, "search failed on every member");
+                } else {
+                    self.count_failure(name, e);
+                }
             }
         }
         results
