@@ -57,8 +57,11 @@ fn draw_error<E: std::fmt::Debug>(plot: &'static str) -> impl Fn(E) -> ReportErr
 
 /// A series: its run's index (its colour), its name, its values.
 pub(super) struct Series<T> {
+    /// The run's index in the report (its colour).
     pub run: usize,
+    /// The legend's name.
     pub name: String,
+    /// Bars (one value per group) or points.
     pub values: T,
 }
 

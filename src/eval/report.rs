@@ -33,6 +33,7 @@ pub struct Run {
     pub label: String,
     /// The file it was read from.
     pub path: PathBuf,
+    /// Its questions, in file order.
     pub results: Vec<QuestionResult>,
 }
 
@@ -191,8 +192,11 @@ fn headline(run: &Run) -> Vec<(&'static str, Option<f64>)> {
 /// One plot of the report: its file name, title and SVG.
 #[derive(Clone, Debug)]
 pub struct Plot {
+    /// Its file name in the report directory (`scores.svg`).
     pub file: &'static str,
+    /// Its heading on the page.
     pub title: &'static str,
+    /// The SVG document.
     pub svg: String,
 }
 
@@ -415,8 +419,11 @@ fn short(label: &str) -> String {
 /// higher, or the same.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Comparison {
+    /// Questions the first run scored higher on.
     pub a_higher: usize,
+    /// Questions the second run scored higher on.
     pub b_higher: usize,
+    /// Questions both scored the same on (within 1e-9).
     pub same: usize,
 }
 

@@ -14,8 +14,11 @@ use crate::search::{Document, SearchError};
 /// bounded kind ([`SearchError::kind`]) and its message.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct BackendFailure {
+    /// The member's name (a `[search.backends]` key or a built-in backend).
     pub backend: String,
+    /// [`SearchError::kind`]: `timeout`, `rate_limited`, `auth`, … .
     pub error_kind: &'static str,
+    /// The error's message (keys redacted).
     pub error: String,
 }
 
@@ -38,7 +41,8 @@ impl Dispatcher {
     /// counted under the member's name.
     async fn ask_member(&self, member: &str, query: &str, k: usize, until: Instant) -> QueryResult {
         let limited = &self.backends[member];
-        let limit = until.saturating_duration_since(Instant::now());
+        let left = until.saturating_duration_since(Instant::now());
+        let limit = std::time::Duration::from_millis(left.as_micros().div_ceil(1000) as u64);
         let result =
             match tokio::time::timeout_at(until, self.search_one(member, limited, query, k, until))
                 .await

@@ -110,6 +110,7 @@ impl Default for BackendLimits {
 /// One query's outcome in a round.
 #[derive(Clone, Debug)]
 pub struct QueryResult {
+    /// The query's documents (top k, best first), or why it failed.
     pub result: Result<Vec<Document>, SearchError>,
     /// Served from the shared cache (another request searched it).
     pub cached: bool,
