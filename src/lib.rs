@@ -80,7 +80,8 @@
 //! - [`eval`]: `seeker eval`: `dataset` loading, EM / cover-EM / F1, set F1
 //!   and retrieval recall (`metrics`), the run itself (`job`), the summary
 //!   and its tables by difficulty and template (`summary`), `seeker
-//!   report`'s page and plots (`report`, drawn by `plot`).
+//!   report`'s page and plots (`report`, drawn by `plot`, the page in
+//!   `page`).
 //! - [`tempfiles`]: removal of temporary files that stopped processes left.
 //! - [`secret`]: API keys that `Debug` prints as `[redacted]`.
 //!

@@ -16,6 +16,7 @@
 pub mod dataset;
 pub mod job;
 pub mod metrics;
+mod page;
 mod plot;
 pub mod report;
 pub mod summary;
