@@ -25,34 +25,28 @@ scripts/fetch-defaults.sh --no-index
 # SWI-Prolog (Debian swi-prolog-nox) and the pinned generator into target/phantomwiki-venv.
 scripts/phantomwiki.sh --size 500 --no-index
 
-if ! command -v searx-run >/dev/null 2>&1; then
-    echo "installing Debian's searx package (for the SearXNG backend test)"
+# apt_install PACKAGE WHY: installs a Debian package as root or through sudo,
+# or exits saying what to run.
+apt_install() {
+    echo "installing Debian's $1 package ($2)"
     if [ "$(id -u)" = 0 ]; then
         apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends searx
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1"
     elif command -v sudo >/dev/null 2>&1; then
         sudo apt-get update -qq
-        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends searx
+        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$1"
     else
-        echo "error: searx-run is missing and this user cannot install packages;" >&2
-        echo "       run: apt-get install -y --no-install-recommends searx" >&2
+        echo "error: $1 is missing and this user cannot install packages;" >&2
+        echo "       run: apt-get install -y --no-install-recommends $1" >&2
         exit 1
     fi
-fi
+}
 
+if ! command -v searx-run >/dev/null 2>&1; then
+    apt_install searx "for the SearXNG backend test"
+fi
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
-    echo "installing Debian's prometheus package (for the dashboard and rules test)"
-    if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo apt-get update -qq
-        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus
-    else
-        echo "error: prometheus is missing and this user cannot install packages;" >&2
-        echo "       run: apt-get install -y --no-install-recommends prometheus" >&2
-        exit 1
-    fi
+    apt_install prometheus "for the dashboard and rules test"
 fi
 
 SEEKER_LLAMA_PYTHON=$(scripts/llama-venv.sh)
