@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::common::root;
-use crate::e2e::wait_healthy;
-use crate::web::{ask_for, binary_config, scripted_model, seeker_with, start_stub};
+use crate::web::{ask_for, over_stubs, OverStubs};
 
 /// A Prometheus server, killed on drop.
 struct Prometheus {
@@ -167,20 +166,19 @@ async fn every_dashboard_expression_and_rule_evaluates_on_a_real_prometheus() {
     promtool(&["check", "rules", "seeker-rules.yml"], &rules_dir);
     promtool(&["check", "config", "prometheus.yml"], &rules_dir);
 
-    let (_stub, stub_base) = start_stub().await;
-    let model = scripted_model().await;
-    let dir = tempfile::tempdir().unwrap();
     // A second replica that refuses connections: replica errors and health.
-    let replicas = format!("{model},http://127.0.0.1:9");
-    let (server, _log) = seeker_with(&replicas, &binary_config(&stub_base), dir.path());
-    let client = reqwest::Client::new();
-    wait_healthy(&client, &server.base).await;
+    let OverStubs {
+        server,
+        client,
+        chat,
+        dir,
+        ..
+    } = over_stubs("http://127.0.0.1:9").await;
     let prometheus = start_prometheus(server.base.trim_start_matches("http://"), dir.path()).await;
 
     // Traffic: searches (one repeated: a cache hit), a backend that fails
     // every request, a fallback, a page opened, a refused request, a client
     // that leaves during a search, a stream.
-    let chat = format!("{}/v1/chat/completions", server.base);
     for (policy, backend, query) in [
         ("search-r1", "brave", "ok capital of France"),
         ("search-r1", "brave", "ok capital of France"),

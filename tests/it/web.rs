@@ -717,6 +717,43 @@ pub(crate) fn binary_config(stub: &str) -> String {
     text
 }
 
+/// The real binary over the scripted model (and `extra_replicas`, a
+/// comma-separated list of more engine URLs, when not empty), with
+/// [`binary_config`]'s backends on a fresh stub, loaded.
+pub(crate) struct OverStubs {
+    /// What the provider stubs were asked.
+    pub stub: Arc<Stub>,
+    pub server: Server,
+    /// The server's log (debug level).
+    pub log: std::path::PathBuf,
+    pub client: reqwest::Client,
+    /// `{base}/v1/chat/completions`.
+    pub chat: String,
+    /// Holds the config and the log; dropped after the server.
+    pub dir: tempfile::TempDir,
+}
+
+pub(crate) async fn over_stubs(extra_replicas: &str) -> OverStubs {
+    let (stub, stub_base) = start_stub().await;
+    let mut replicas = scripted_model().await;
+    if !extra_replicas.is_empty() {
+        replicas = format!("{replicas},{extra_replicas}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (server, log) = seeker_with(&replicas, &binary_config(&stub_base), dir.path());
+    let client = reqwest::Client::new();
+    wait_healthy(&client, &server.base).await;
+    let chat = format!("{}/v1/chat/completions", server.base);
+    OverStubs {
+        stub,
+        server,
+        log,
+        client,
+        chat,
+        dir,
+    }
+}
+
 fn ask(policy: &str, backend: &str) -> Value {
     ask_for(policy, backend, "ok capital of France")
 }
@@ -734,13 +771,14 @@ pub(crate) fn ask_for(policy: &str, backend: &str, query: &str) -> Value {
 /// its kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_provider_serves_text_tag_and_tool_call_rollouts_through_the_binary() {
-    let (_stub, stub_base) = start_stub().await;
-    let model = scripted_model().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (server, _log) = seeker_with(&model, &binary_config(&stub_base), dir.path());
-    let client = reqwest::Client::new();
-    wait_healthy(&client, &server.base).await;
-    let url = format!("{}/v1/chat/completions", server.base);
+    let OverStubs {
+        stub: _,
+        server,
+        log: _,
+        client,
+        chat: url,
+        dir: _dir,
+    } = over_stubs("").await;
     let models: Value = client
         .get(format!("{}/v1/models", server.base))
         .send()
@@ -825,13 +863,14 @@ async fn each_provider_serves_text_tag_and_tool_call_rollouts_through_the_binary
 /// member fails gives the policy's failure text, not a failed request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fallback_and_merge_survive_providers_that_always_fail() {
-    let (stub, stub_base) = start_stub().await;
-    let model = scripted_model().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (server, log) = seeker_with(&model, &binary_config(&stub_base), dir.path());
-    let client = reqwest::Client::new();
-    wait_healthy(&client, &server.base).await;
-    let url = format!("{}/v1/chat/completions", server.base);
+    let OverStubs {
+        stub,
+        server,
+        log: _,
+        client,
+        chat: url,
+        dir: _dir,
+    } = over_stubs("").await;
 
     for policy in ["search-r1", "tool-search"] {
         let answer: Value = crate::common::post_json(&client, &url, &ask(policy, "fallback")).await;
@@ -922,7 +961,6 @@ async fn fallback_and_merge_survive_providers_that_always_fail() {
         assert!(metrics.contains(line), "{line} missing in {metrics}");
     }
     assert!(stub.hits.load(Ordering::SeqCst) > 0);
-    let _ = log;
 }
 
 /// No key, right or wrong, appears in the server's log (at debug level),
@@ -930,13 +968,14 @@ async fn fallback_and_merge_survive_providers_that_always_fail() {
 /// provider is asked, a wrong key is refused and providers fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_key_appears_in_logs_answers_events_or_metrics() {
-    let (_stub, stub_base) = start_stub().await;
-    let model = scripted_model().await;
-    let dir = tempfile::tempdir().unwrap();
-    let (server, log) = seeker_with(&model, &binary_config(&stub_base), dir.path());
-    let client = reqwest::Client::new();
-    wait_healthy(&client, &server.base).await;
-    let url = format!("{}/v1/chat/completions", server.base);
+    let OverStubs {
+        stub: _,
+        server,
+        log,
+        client,
+        chat: url,
+        dir: _dir,
+    } = over_stubs("").await;
     let mut seen = String::new();
     let wrong = PROVIDERS[..6].iter().map(|p| format!("{p}-wrong"));
     for backend in PROVIDERS
