@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch seeker's default data (never committed) and build the default index. First it runs
-# scripts/patch-candle.sh (the candle-core the build patches in, docs/engine.md).
+# scripts/patch-candle.sh (the candle-core and mistralrs-core the build patches in, docs/engine.md).
 #
 #   models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 #                                           the default policy model (1.1 GB), joined from the

@@ -1,89 +1,130 @@
 #!/usr/bin/env bash
-# Puts candle-core 0.11.1 under mistral.rs: the embedded engine's quantized CPU kernels.
+# Puts candle-core 0.11.1 under mistral.rs (the embedded engine's quantized CPU kernels) and
+# gives mistral.rs's CPU attention grouped-head matmuls instead of a scalar loop per row.
 #
 # mistralrs 0.8.1 (the newest mistral.rs in the crate registry) requires candle-core ^0.10.2,
 # whose quantized matmul multiplies one activation row at a time against every weight column;
 # candle-core 0.11.1 tiles rows and, on AVX512-VNNI CPUs, repacks Q4K/Q6K/Q8_0 weights for
-# vpdpbusd (prefill 2.5-3x faster here, decode ~1.1x: bench/README.md, "candle 0.11's kernels").
-# Cargo cannot point a registry crate at another registry version, so Cargo.toml's
-# [patch.crates-io] points candle-core at the path this script fills:
+# vpdpbusd. Cargo cannot point a registry crate at another registry version, so Cargo.toml's
+# [patch.crates-io] points candle-core and mistralrs-core at the paths this script fills:
 #
-#   .cache/patched/candle-core   candle-core 0.11.1 as the registry serves it (the .crate
-#                                file fetched by cargo, its sha256 checked), with two lines of
-#                                its Cargo.toml changed:
-#                                - version 0.11.1 -> 0.10.99, so that mistralrs 0.8.1,
-#                                  candle-nn and candle-transformers 0.10.2 (all ^0.10.2) take it;
-#                                - safetensors 0.8 -> 0.7: candle-nn 0.10's errors convert from
-#                                  0.7's error type only (candle-core uses no 0.8-only API).
+#   .cache/patched/candle-core     candle-core 0.11.1 as the registry serves it (the .crate
+#                                  file fetched by cargo, its sha256 checked), with
+#                                  - version 0.11.1 -> 0.10.99 in its Cargo.toml, so that
+#                                    mistralrs 0.8.1, candle-nn and candle-transformers 0.10.2
+#                                    (all ^0.10.2) take it;
+#                                  - safetensors 0.8 -> 0.7: candle-nn 0.10's errors convert
+#                                    from 0.7's error type only (candle-core uses no 0.8 API).
+#   .cache/patched/mistralrs-core  mistralrs-core 0.8.1 as the registry serves it (sha256
+#                                  checked), with scripts/patches/cpu_attention.rs (seeker's own
+#                                  code) added as src/attention/seeker_cpu.rs and called first
+#                                  for CPU attention: grouped-head matmuls for prompts and decode
+#                                  steps alike, where mistral.rs ran a scalar loop per row.
 #
-# Nothing else of candle changes, and no code of candle is committed. Idempotent: a copy whose
-# marker names this crate's sha256 and this script's edits is kept. Run by
+# bench/README.md ("candle 0.11's kernels") measures each; docs/engine.md says why and how to
+# drop them. Nothing else changes, and no code of candle or mistral.rs is committed. Idempotent:
+# a copy whose marker names its crate's sha256 and this script's edits is kept. Run by
 # scripts/fetch-defaults.sh (so by both README commands) before anything builds; a plain
 # `cargo build` on a clone where it never ran fails with "failed to read
 # .../.cache/patched/candle-core/Cargo.toml". When mistral.rs publishes a release on candle 0.11
-# (0.9), bump mistralrs and the candle crates in Cargo.toml, delete [patch.crates-io] and this
-# script, and run `cargo update -p candle-core`.
+# (0.9), bump mistralrs and the candle crates in Cargo.toml, drop candle-core from
+# [patch.crates-io] and run `cargo update -p candle-core`; drop mistralrs-core once its own CPU
+# attention is no slower than this one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VERSION=0.11.1
-# sha256 of candle-core-0.11.1.crate: the checksum the crate registry's index gives it.
-CRATE_SHA=d11c8be87cfbaef9ebb62fb3f850d1fc8e00cc1d11d393fdbe55a4d5c2cdb325
-DEST=.cache/patched/candle-core
-# The edits, as (old line, new line) pairs of the crate's normalised Cargo.toml.
-MARKER="candle-core $VERSION $CRATE_SHA version=0.10.99 safetensors=0.7"
-
-if [[ -f $DEST/.seeker-patch && $(cat "$DEST/.seeker-patch") == "$MARKER" && -f $DEST/Cargo.toml ]]; then
-  echo "patch-candle: $DEST ok" >&2
-  exit 0
-fi
-
-command -v cargo >/dev/null 2>&1 || { echo "patch-candle: needs cargo" >&2; exit 1; }
-# cargo fetches the .crate into its registry cache: a throwaway package that depends on
-# exactly this version, with its own lock file, so the project's lock stays as it is.
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/src"
-: >"$work/src/lib.rs"
-cat >"$work/Cargo.toml" <<EOF
+# fetch NAME VERSION SHA256 DEST: the registry's NAME-VERSION.crate, fetched by cargo into its
+# cache (a throwaway package that depends on exactly this version, with its own lock file, so
+# the project's lock stays as it is), checked by sha256 and unpacked into DEST.tmp.
+fetch() {
+  local name=$1 version=$2 sha=$3 dest=$4 work crate="" f
+  command -v cargo >/dev/null 2>&1 || { echo "patch-candle: needs cargo" >&2; exit 1; }
+  work=$(mktemp -d)
+  mkdir -p "$work/src"
+  : >"$work/src/lib.rs"
+  cat >"$work/Cargo.toml" <<TOML
 [package]
-name = "seeker-fetch-candle"
+name = "seeker-fetch-$name"
 version = "0.0.0"
 edition = "2021"
 [dependencies]
-candle-core = "=$VERSION"
+$name = "=$version"
 [workspace]
-EOF
-echo "patch-candle: fetching candle-core $VERSION with cargo" >&2
-# Only this machine's target: cargo fetch would otherwise download every platform's crates.
-cargo fetch --quiet --target "$(rustc -vV | sed -n 's/^host: //p')" --manifest-path "$work/Cargo.toml" >&2
-crate=""
-for f in "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/candle-core-$VERSION.crate; do
-  [[ -f $f && $(sha256sum "$f" | cut -d' ' -f1) == "$CRATE_SHA" ]] && crate=$f
-done
-if [[ -z $crate ]]; then
-  echo "patch-candle: no candle-core-$VERSION.crate with sha256 $CRATE_SHA in cargo's registry cache" >&2
-  exit 1
-fi
+TOML
+  echo "patch-candle: fetching $name $version with cargo" >&2
+  # Only this machine's target: cargo fetch would otherwise download every platform's crates.
+  cargo fetch --quiet --target "$(rustc -vV | sed -n 's/^host: //p')" \
+    --manifest-path "$work/Cargo.toml" >&2
+  rm -rf "$work"
+  for f in "${CARGO_HOME:-$HOME/.cargo}"/registry/cache/*/"$name-$version.crate"; do
+    [[ -f $f && $(sha256sum "$f" | cut -d' ' -f1) == "$sha" ]] && crate=$f
+  done
+  if [[ -z $crate ]]; then
+    echo "patch-candle: no $name-$version.crate with sha256 $sha in cargo's registry cache" >&2
+    exit 1
+  fi
+  rm -rf "$dest.tmp"
+  mkdir -p "$dest.tmp"
+  tar -xzf "$crate" -C "$dest.tmp" --strip-components=1
+}
 
-rm -rf "$DEST.tmp"
-mkdir -p "$DEST.tmp"
-tar -xzf "$crate" -C "$DEST.tmp" --strip-components=1
-python3 - "$DEST.tmp/Cargo.toml" <<'PY'
+# edit FILE OLD NEW [OLD NEW ...]: each OLD occurs exactly once in FILE and becomes NEW.
+edit() {
+  python3 -c '
 import sys
-path = sys.argv[1]
+path, pairs = sys.argv[1], sys.argv[2:]
 text = open(path, encoding="utf-8").read()
-edits = [
-    ('name = "candle-core"\nversion = "0.11.1"', 'name = "candle-core"\nversion = "0.10.99"'),
-    ('[dependencies.safetensors]\nversion = "0.8.0"', '[dependencies.safetensors]\nversion = "0.7"'),
-]
-for old, new in edits:
+for old, new in zip(pairs[::2], pairs[1::2]):
     if text.count(old) != 1:
         sys.exit(f"patch-candle: {path} does not read as expected: {old!r}")
     text = text.replace(old, new)
 open(path, "w", encoding="utf-8").write(text)
-PY
-echo "$MARKER" >"$DEST.tmp/.seeker-patch"
-rm -rf "$DEST"
-mv "$DEST.tmp" "$DEST"
-echo "patch-candle: wrote $DEST (candle-core $VERSION as 0.10.99)" >&2
+' "$@"
+}
+
+# current DEST MARKER: whether DEST holds this crate with these edits already (its marker).
+current() {
+  [[ -f $1/.seeker-patch && $(cat "$1/.seeker-patch") == "$2" && -f $1/Cargo.toml ]]
+}
+
+# finish DEST MARKER: the edited DEST.tmp, marked, replaces DEST.
+finish() {
+  echo "$2" >"$1.tmp/.seeker-patch"
+  rm -rf "$1"
+  mv "$1.tmp" "$1"
+  echo "patch-candle: wrote $1" >&2
+}
+
+# candle-core 0.11.1 read as 0.10.99. The sha256 of each .crate is the checksum the crate
+# registry's index gives it.
+DEST=.cache/patched/candle-core
+SHA=d11c8be87cfbaef9ebb62fb3f850d1fc8e00cc1d11d393fdbe55a4d5c2cdb325
+MARKER="candle-core 0.11.1 $SHA version=0.10.99 safetensors=0.7"
+if current $DEST "$MARKER"; then
+  echo "patch-candle: $DEST ok" >&2
+else
+  fetch candle-core 0.11.1 $SHA $DEST
+  # The crate's normalised Cargo.toml.
+  edit "$DEST.tmp/Cargo.toml" \
+    $'name = "candle-core"\nversion = "0.11.1"' $'name = "candle-core"\nversion = "0.10.99"' \
+    $'[dependencies.safetensors]\nversion = "0.8.0"' $'[dependencies.safetensors]\nversion = "0.7"'
+  finish $DEST "$MARKER"
+fi
+
+# mistralrs-core 0.8.1 with seeker's CPU attention.
+DEST=.cache/patched/mistralrs-core
+SHA=a2b8b9e5c94491d9ceeded3a30291cb6af6ae74810a5776dd55e3bbb8b3429d4
+OURS=scripts/patches/cpu_attention.rs
+MARKER="mistralrs-core 0.8.1 $SHA cpu-attention=$(sha256sum $OURS | cut -c1-16)"
+if current $DEST "$MARKER"; then
+  echo "patch-candle: $DEST ok" >&2
+else
+  fetch mistralrs-core 0.8.1 $SHA $DEST
+  cp $OURS "$DEST.tmp/src/attention/seeker_cpu.rs"
+  edit "$DEST.tmp/src/attention/mod.rs" \
+    $'mod backends;\n' \
+    $'mod backends;\nmod seeker_cpu;\n' \
+    $'        let can_use_flash = q.device().is_cpu()\n' \
+    $'        // seeker: on the CPU, grouped-head matmuls first (seeker_cpu.rs)\n        if q.device().is_cpu() {\n            if let Some(out) = seeker_cpu::grouped_sdpa(q, k, v, mask, sdpa_params)? {\n                return Ok(out);\n            }\n        }\n\n        let can_use_flash = q.device().is_cpu()\n'
+  finish $DEST "$MARKER"
+fi

@@ -44,8 +44,12 @@ const QWEN_DEFAULT_SYSTEM: &str =
 const LOGPROB_TOLERANCE: f64 = 0.25;
 
 /// The same for the most likely token, whose log-prob is near 0: measured
-/// 0.003.
-const TOP1_TOLERANCE: f64 = 0.02;
+/// 0.003 with mistral.rs's flash attention loop and 0.026 with seeker's
+/// grouped-matmul attention (scripts/patches/cpu_attention.rs), which computes
+/// the same attention (the F32 small model's log-probs agree to 1e-4 under
+/// both: `logprob_probe splice`) but moves which activations round up in the
+/// next layer's Q8_K quantization.
+const TOP1_TOLERANCE: f64 = 0.05;
 
 fn qwen() -> PathBuf {
     default_data(seeker::config::DEFAULT_GGUF)
