@@ -23,7 +23,9 @@
 #
 # bench/README.md ("candle 0.11's kernels") measures each; docs/engine.md says why and how to
 # drop them. Nothing else changes, and no code of candle or mistral.rs is committed. Idempotent:
-# a copy whose marker names its crate's sha256 and this script's edits is kept. Run by
+# a copy whose marker names its crate's sha256 and this script's edits, and whose files are as
+# the script wrote them (a sha256 over them, .seeker-tree), is kept; any other is written
+# again. Run by
 # scripts/fetch-defaults.sh (so by both README commands) before anything builds; a plain
 # `cargo build` on a clone where it never ran fails with "failed to read
 # .../.cache/patched/candle-core/Cargo.toml". When mistral.rs publishes a release on candle 0.11
@@ -60,12 +62,23 @@ TOML
     [[ -f $f && $(sha256sum "$f" | cut -d' ' -f1) == "$sha" ]] && crate=$f
   done
   if [[ -z $crate ]]; then
-    echo "patch-candle: no $name-$version.crate with sha256 $sha in cargo's registry cache" >&2
+    echo "patch-candle: no $name-$version.crate with sha256 $sha in cargo's registry cache;" >&2
+    echo "  delete ${CARGO_HOME:-$HOME/.cargo}/registry/cache/*/$name-$version.crate and run this again" >&2
     exit 1
   fi
   rm -rf "$dest.tmp"
   mkdir -p "$dest.tmp"
-  tar -xzf "$crate" -C "$dest.tmp" --strip-components=1
+  # A first copy keeps the files' own dates; one that replaces an earlier copy (changed or
+  # damaged) is dated now, so cargo rebuilds from it whatever the earlier copy held.
+  local touch=()
+  [[ -e $dest ]] && touch=(--touch)
+  tar "${touch[@]}" -xzf "$crate" -C "$dest.tmp" --strip-components=1
+}
+
+# tree DEST: one sha256 over every file of DEST but its markers (names and contents).
+tree() {
+  (cd "$1" && find . -type f ! -name .seeker-patch ! -name .seeker-tree -print0 | LC_ALL=C sort -z |
+    xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
 }
 
 # edit FILE OLD NEW [OLD NEW ...]: each OLD occurs exactly once in FILE and becomes NEW.
@@ -82,14 +95,17 @@ open(path, "w", encoding="utf-8").write(text)
 ' "$@"
 }
 
-# current DEST MARKER: whether DEST holds this crate with these edits already (its marker).
+# current DEST MARKER: whether DEST holds this crate with these edits already: its marker,
+# and its files as they were written (a copy edited or damaged since is written again).
 current() {
-  [[ -f $1/.seeker-patch && $(cat "$1/.seeker-patch") == "$2" && -f $1/Cargo.toml ]]
+  [[ -f $1/.seeker-patch && $(cat "$1/.seeker-patch") == "$2" && -f $1/.seeker-tree &&
+    $(cat "$1/.seeker-tree") == "$(tree "$1")" ]]
 }
 
 # finish DEST MARKER: the edited DEST.tmp, marked, replaces DEST.
 finish() {
   echo "$2" >"$1.tmp/.seeker-patch"
+  tree "$1.tmp" >"$1.tmp/.seeker-tree"
   rm -rf "$1"
   mv "$1.tmp" "$1"
   echo "patch-candle: wrote $1" >&2

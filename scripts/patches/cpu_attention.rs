@@ -7,22 +7,24 @@
 //! (Qwen2.5-1.5B: 12 query heads over 2 key/value heads, so 6 rows a token), and each group
 //! is two batched matmuls (candle's gemm) with the mask and a softmax between them: no copy
 //! of the cache, and the same kernels for a prompt of many rows and a decode step of one, so
-//! a prompt that reuses cached rows computes what a full prefill computes.
+//! a prompt that reuses cached rows matches a full prefill up to rounding (1e-4 on the
+//! next-token log-probs of the F32 small model: tests/it/reuse.rs).
 
 use candle_core::{DType, Result, Tensor};
 
 use super::SdpaParams;
 
-/// Query rows (tokens) a chunk: bounds the score matrix at
-/// `n_heads × ROWS × keys × 4` bytes (12 × 256 × 4,096 × 4 = 48 MiB for the default model at
-/// 4k tokens).
+/// Query rows (tokens) a chunk: bounds each score-sized buffer (scores, masked scores,
+/// probabilities; two or three live at once) at `n_heads × ROWS × keys × 4` bytes a sequence
+/// (12 × 256 × 4,096 × 4 = 48 MiB for the default model at 4k tokens).
 const ROWS: usize = 256;
 
 /// Attention over grouped heads. `q`: (batch, n_heads, q_len, head_dim); `k`, `v`: (batch,
 /// n_kv_heads, kv_len, head_dim); `mask`: additive, (q_len, kv_len), (batch, q_len, kv_len) or
-/// (batch, 1, q_len, kv_len). Returns (batch, n_heads, q_len, head_dim), or `None` for a
-/// shape or option this does not handle (softcapping, other mask shapes), which the caller
-/// sends to mistral.rs's own kernels.
+/// (batch, 1, q_len, kv_len). Returns (batch, n_heads, q_len, head_dim), or `None` for what
+/// this does not handle, which the caller sends to mistral.rs's own kernels: activations other
+/// than F32 (mistral.rs's flash loop computes in F32 whatever the activations; a 16-bit
+/// softmax sum over thousands of keys would not), softcapping, other mask shapes.
 pub(crate) fn grouped_sdpa(
     q: &Tensor,
     k: &Tensor,
@@ -30,7 +32,7 @@ pub(crate) fn grouped_sdpa(
     mask: Option<&Tensor>,
     sdpa_params: &SdpaParams,
 ) -> Result<Option<Tensor>> {
-    if sdpa_params.softcap.is_some_and(|c| c != 1.0) {
+    if q.dtype() != DType::F32 || sdpa_params.softcap.is_some() {
         return Ok(None);
     }
     let (b, n_heads, s, d) = q.dims4()?;
@@ -55,7 +57,7 @@ pub(crate) fn grouped_sdpa(
                 }
                 _ => return Ok(None),
             };
-            Some(m.to_dtype(q.dtype())?)
+            Some(m.to_dtype(DType::F32)?)
         }
     };
     let scale = f64::from(sdpa_params.softmax_scale);
@@ -68,8 +70,9 @@ pub(crate) fn grouped_sdpa(
             None => None,
         };
         // The keys this chunk's rows can see: a causal mask hides every key after the chunk's
-        // last row from all its rows. They are left out when the mask hides them all (their
-        // softmax weight would be exactly 0), which halves a long prompt's work.
+        // last row from all its rows. They are left out when the mask holds f32::MIN or −∞
+        // for every one of them (their softmax weight is exactly 0 either way), which halves
+        // a long prompt's work.
         let mut keys = sk;
         if let (Some(m), Some(visible)) = (&mask, sk.checked_sub(s - start - len)) {
             if visible < sk {
@@ -77,7 +80,6 @@ pub(crate) fn grouped_sdpa(
                 let most = hidden
                     .flatten_all()?
                     .max(0)?
-                    .to_dtype(DType::F32)?
                     .to_scalar::<f32>()?;
                 if most <= f32::MIN {
                     keys = visible;

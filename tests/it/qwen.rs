@@ -39,9 +39,15 @@ const QWEN_DEFAULT_SYSTEM: &str =
 /// log-prob -3.4), and seeker on the file vs seeker on its exact F32
 /// dequantization (no activation quantization) up to 0.13 on its top 5
 /// (0.17 further down the top 10) on the same prompts (`cargo run --release
-/// --example logprob_probe -- weights`). A wrong template, token or KV row
-/// moves log-probs by whole nats.
-const LOGPROB_TOLERANCE: f64 = 0.25;
+/// --example logprob_probe -- weights`). Which activations round up moves
+/// with the last digits of every kernel before them: over the 10 prompts of
+/// `bench/kernels.py`, seeker with mistral.rs's flash attention was 0.10–0.27
+/// from llama.cpp (mean 0.20) and with its grouped-matmul attention
+/// (scripts/patches/cpu_attention.rs, which agrees with the flash loop to
+/// 1e-4 where nothing is quantized) 0.11–0.34 (mean 0.18); on this test's
+/// second prompt 0.33. A wrong template, token or KV row moves log-probs by
+/// whole nats.
+const LOGPROB_TOLERANCE: f64 = 0.4;
 
 /// The same for the most likely token, whose log-prob is near 0: measured
 /// 0.003 with mistral.rs's flash attention loop and 0.026 with seeker's
