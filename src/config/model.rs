@@ -61,7 +61,9 @@ pub struct ModelConfig {
     /// Sequences the engine runs at once. 1 (the default) serves requests one
     /// after another: on a CPU, running sequences of different lengths together
     /// is slower in total (measured: 4 questions 140 s together, 58 s in turn)
-    /// and makes greedy output depend on what else runs.
+    /// and makes greedy output depend on what else runs. Above 1, prefix reuse
+    /// (`prefix_cache`) is turned off: it is not correct with batched
+    /// sequences yet (`startup::mistral_config`).
     pub max_num_seqs: usize,
     /// Weight format the engine runs, prepared once next to `gguf` and loaded
     /// from there: `auto` (default) is `f32` when the F32 copy is at most
