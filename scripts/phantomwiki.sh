@@ -20,13 +20,16 @@
 # Idempotent: a universe whose files match its manifest is kept, an index built from the same
 # corpus too.
 #
-# Usage: scripts/phantomwiki.sh [--seed N] [--size 500|5k|50k] [--no-dense] [--no-index]
+# Usage: scripts/phantomwiki.sh [--seed N] [--size 500|5k|50k] [--no-dense] [--no-index] [--strict]
 #   --seed N      the generator's seed (default 1).
 #   --size SIZE   500 (10 family trees, ~500 articles, ~5 s), 5k (100 trees, ~5,000 articles,
 #                 ~15 s; the default) or 50k (1,000 trees, ~50,000 articles, ~5 min; its dense
 #                 index takes ~30 min on 2 cores). 200 questions in each.
 #   --no-dense    skip the dense index (the tantivy backend only).
 #   --no-index    generate only.
+#   --strict      fail when a pinned universe (seed 1 at 500 and 5k) comes out other than
+#                 pinned; without it that is a warning and the manifest's "pinned" says
+#                 "differs" ("matches" when it matched, "none" for seeds without a pin).
 # Env: SEEKER_BIN  seeker binary that indexes (default: `cargo run --release`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +38,7 @@ seed=1
 size=5k
 dense=1
 build_index=1
+strict=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seed) seed=${2:?--seed needs a number}; shift 2 ;;
@@ -43,6 +47,7 @@ while [[ $# -gt 0 ]]; do
     --size=*) size=${1#--size=}; shift ;;
     --no-dense) dense=0; shift ;;
     --no-index) build_index=0; shift ;;
+    --strict) strict=1; shift ;;
     -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "phantomwiki: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
@@ -141,23 +146,35 @@ else
     || { tail -20 "$OUT/raw/generate.log" >&2; exit 1; }
   summary=$(python3 scripts/phantomwiki/convert.py "$OUT/raw" "$OUT" "$seed" "$size")
   known=${KNOWN[$seed-$size]:-}
+  pinned=none
   if [[ -n $known ]]; then
     got="$(sha_of "$OUT/corpus.jsonl.tmp") $(sha_of "$OUT/questions.jsonl.tmp")"
-    if [[ $got != "$known" ]]; then
+    if [[ $got == "$known" ]]; then
+      pinned=matches
+    elif [[ $strict == 1 ]]; then
       echo "phantomwiki: seed $seed size $size is not the universe this script pins" >&2
       echo "             (corpus and questions sha256: got $got, want $known)" >&2
       exit 1
+    else
+      # Seen on a fresh machine (2026-12-07): seed 1 at 5k gave other files than the pin, the
+      # same files on every rerun there; 500 matched. The universe is as valid a benchmark, but
+      # not the one bench/README.md's seed-1 tables were measured on: compare within one run.
+      pinned=differs
+      echo "phantomwiki: warning: seed $seed size $size differs from the universe this script pins" >&2
+      echo "             (corpus and questions sha256: got $got, want $known); kept, and" >&2
+      echo "             recorded as \"pinned\": \"differs\" in $OUT/manifest.json" >&2
     fi
   fi
   mv "$OUT/corpus.jsonl.tmp" "$OUT/corpus.jsonl"
   mv "$OUT/questions.jsonl.tmp" "$OUT/questions.jsonl"
-  python3 - "$OUT/manifest.json" "$GENERATOR" "$seed" "$size" "$(( $(date +%s) - started ))" "$summary" "${ARGS[@]}" <<'PY'
+  python3 - "$OUT/manifest.json" "$GENERATOR" "$seed" "$size" "$(( $(date +%s) - started ))" "$summary" "$pinned" "${ARGS[@]}" <<'PY'
 import json, sys
-path, generator, seed, size, seconds, summary, *args = sys.argv[1:]
+path, generator, seed, size, seconds, summary, pinned, *args = sys.argv[1:]
 s = json.loads(summary)
 manifest = {"generator": generator, "seed": int(seed), "size": size,
             "arguments": ["pw-generate", *args], "articles": s["articles"],
-            "questions": s["questions"], "generated_in_s": int(seconds), "sha256": s["sha256"]}
+            "questions": s["questions"], "generated_in_s": int(seconds), "sha256": s["sha256"],
+            "pinned": pinned}
 with open(path, "w") as f:
     f.write(json.dumps(manifest, indent=2) + "\n")
 PY

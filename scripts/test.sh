@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 scripts/fetch-defaults.sh --no-index
 # The PhantomWiki universe of tests/it/phantomwiki.rs (seed 1, ~500 articles): installs
 # SWI-Prolog (Debian swi-prolog-nox) and the pinned generator into target/phantomwiki-venv.
-scripts/phantomwiki.sh --size 500 --no-index
+scripts/phantomwiki.sh --size 500 --no-index --strict
 
 # apt_install PACKAGE WHY: installs a Debian package as root or through sudo,
 # or exits saying what to run.
