@@ -37,14 +37,18 @@ seeker() {
     local log
     log=$(mktemp)
     env "$@" RUST_LOG=warn "$SEEKER" serve --port 0 >"$log" 2>>"$OUT/seeker.err" &
-    echo $! >>"$PIDS"
+    local pid=$!
+    echo $pid >>"$PIDS"
     for _ in $(seq 1 600); do
         grep -q "listening on" "$log" && break
+        # A server that exited (a bad config or profile) is not waited for.
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.1
     done
     local url
     url=$(sed -n 's/^seeker listening on //p' "$log")
     for _ in $(seq 1 3000); do
+        [[ -n $url ]] || break
         curl -sf "$url/health" >/dev/null && break
         sleep 0.2
     done
