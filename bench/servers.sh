@@ -49,6 +49,8 @@ seeker() {
     url=$(sed -n 's/^seeker listening on //p' "$log")
     for _ in $(seq 1 3000); do
         [[ -n $url ]] || break
+        # It prints its address before the model loads: a load that fails ends it.
+        kill -0 "$pid" 2>/dev/null || { url=; break; }
         curl -sf "$url/health" >/dev/null && break
         sleep 0.2
     done

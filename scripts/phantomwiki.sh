@@ -41,9 +41,10 @@ build_index=1
 strict=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --seed) seed=${2:?--seed needs a number}; shift 2 ;;
+    --seed|--size)
+      [[ $# -gt 1 ]] || { echo "phantomwiki: $1 needs a value (try --help)" >&2; exit 2; }
+      [[ $1 == --seed ]] && seed=$2 || size=$2; shift 2 ;;
     --seed=*) seed=${1#--seed=}; shift ;;
-    --size) size=${2:?--size needs 500, 5k or 50k}; shift 2 ;;
     --size=*) size=${1#--size=}; shift ;;
     --no-dense) dense=0; shift ;;
     --no-index) build_index=0; shift ;;
@@ -53,6 +54,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ $seed =~ ^[0-9]+$ ]] || { echo "phantomwiki: --seed must be a non-negative integer, not '$seed'" >&2; exit 2; }
+# "01" is seed 1 (the generator reads it as a number): one directory and one pin per seed.
+seed=$((10#$seed))
 case "$size" in
   500) trees=10 ;;
   5k) trees=100 ;;
@@ -91,6 +94,29 @@ universe_ok() {
   for name in corpus.jsonl questions.jsonl; do
     [[ -f $OUT/$name && $(sha_of "$OUT/$name") == "$(manifest_sha "$name")" ]] || return 1
   done
+}
+
+# check_pin "CORPUS_SHA QUESTIONS_SHA": prints matches, differs or none (no pin for this seed
+# and size). A universe that differs fails with --strict, else it is kept with a warning.
+# Seen on a fresh machine (2026-12-07): seed 1 at 5k gave other files than the pin, the same
+# files on every rerun there; 500 matched. Such a universe is as valid a benchmark, but not the
+# one bench/README.md's seed-1 tables were measured on: compare rows measured in one run.
+check_pin() {
+  local known=${KNOWN[$seed-$size]:-}
+  if [[ -z $known ]]; then
+    echo none
+  elif [[ $1 == "$known" ]]; then
+    echo matches
+  elif [[ $strict == 1 ]]; then
+    echo "phantomwiki: seed $seed size $size is not the universe this script pins" >&2
+    echo "             (corpus and questions sha256: got $1, want $known)" >&2
+    exit 1
+  else
+    echo "phantomwiki: warning: seed $seed size $size differs from the universe this script pins" >&2
+    echo "             (corpus and questions sha256: got $1, want $known); kept, and" >&2
+    echo "             recorded as \"pinned\": \"differs\" in $OUT/manifest.json" >&2
+    echo differs
+  fi
 }
 
 install_prolog() {
@@ -133,6 +159,7 @@ install_generator() {
 }
 
 if universe_ok; then
+  check_pin "$(manifest_sha corpus.jsonl) $(manifest_sha questions.jsonl)" >/dev/null
   echo "phantomwiki: $OUT ok" >&2
 else
   install_prolog
@@ -145,26 +172,7 @@ else
   PYTHONHASHSEED=0 "$VENV/bin/pw-generate" -od "$OUT/raw" "${ARGS[@]}" > "$OUT/raw/generate.log" 2>&1 \
     || { tail -20 "$OUT/raw/generate.log" >&2; exit 1; }
   summary=$(python3 scripts/phantomwiki/convert.py "$OUT/raw" "$OUT" "$seed" "$size")
-  known=${KNOWN[$seed-$size]:-}
-  pinned=none
-  if [[ -n $known ]]; then
-    got="$(sha_of "$OUT/corpus.jsonl.tmp") $(sha_of "$OUT/questions.jsonl.tmp")"
-    if [[ $got == "$known" ]]; then
-      pinned=matches
-    elif [[ $strict == 1 ]]; then
-      echo "phantomwiki: seed $seed size $size is not the universe this script pins" >&2
-      echo "             (corpus and questions sha256: got $got, want $known)" >&2
-      exit 1
-    else
-      # Seen on a fresh machine (2026-12-07): seed 1 at 5k gave other files than the pin, the
-      # same files on every rerun there; 500 matched. The universe is as valid a benchmark, but
-      # not the one bench/README.md's seed-1 tables were measured on: compare within one run.
-      pinned=differs
-      echo "phantomwiki: warning: seed $seed size $size differs from the universe this script pins" >&2
-      echo "             (corpus and questions sha256: got $got, want $known); kept, and" >&2
-      echo "             recorded as \"pinned\": \"differs\" in $OUT/manifest.json" >&2
-    fi
-  fi
+  pinned=$(check_pin "$(sha_of "$OUT/corpus.jsonl.tmp") $(sha_of "$OUT/questions.jsonl.tmp")")
   mv "$OUT/corpus.jsonl.tmp" "$OUT/corpus.jsonl"
   mv "$OUT/questions.jsonl.tmp" "$OUT/questions.jsonl"
   python3 - "$OUT/manifest.json" "$GENERATOR" "$seed" "$size" "$(( $(date +%s) - started ))" "$summary" "$pinned" "${ARGS[@]}" <<'PY'
