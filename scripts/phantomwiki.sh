@@ -172,7 +172,7 @@ else
   PYTHONHASHSEED=0 "$VENV/bin/pw-generate" -od "$OUT/raw" "${ARGS[@]}" > "$OUT/raw/generate.log" 2>&1 \
     || { tail -20 "$OUT/raw/generate.log" >&2; exit 1; }
   summary=$(python3 scripts/phantomwiki/convert.py "$OUT/raw" "$OUT" "$seed" "$size")
-  pinned=$(check_pin "$(sha_of "$OUT/corpus.jsonl.tmp") $(sha_of "$OUT/questions.jsonl.tmp")")
+  pinned=$(check_pin "$(sha_of "$OUT/corpus.jsonl.tmp") $(sha_of "$OUT/questions.jsonl.tmp")") || exit 1
   mv "$OUT/corpus.jsonl.tmp" "$OUT/corpus.jsonl"
   mv "$OUT/questions.jsonl.tmp" "$OUT/questions.jsonl"
   python3 - "$OUT/manifest.json" "$GENERATOR" "$seed" "$size" "$(( $(date +%s) - started ))" "$summary" "$pinned" "${ARGS[@]}" <<'PY'

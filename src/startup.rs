@@ -238,12 +238,13 @@ async fn bind(config: &Config) -> anyhow::Result<tokio::net::TcpListener> {
 }
 
 /// The embedded engine's settings from `[model]`. Prefix reuse is off when
-/// `max_num_seqs` > 1, with a warning: with sequences batched, reused KV rows
-/// reached the wrong sequences (4 clients at `max_num_seqs = 4` on the default
-/// model, `STEPS=embedded-throughput bench/loop.sh`: questions sharing a long
-/// prefix got one another's answers, EM 0.05 with reuse against 0.50 without,
-/// the same as one sequence at a time), so correctness goes before the speed of
-/// reuse until that path is fixed.
+/// `max_num_seqs` > 1, with a warning: with sequences batched and reuse on,
+/// questions sharing a long prefix got one another's answers (4 clients at
+/// `max_num_seqs = 4` on the default model, `STEPS=embedded-throughput
+/// bench/loop.sh`: EM 0.05 with reuse against 0.50 without, the same as one
+/// sequence at a time; the cause inside mistral.rs's batching of reused caches
+/// is not yet found), so correctness goes before the speed of reuse until that
+/// path is fixed.
 fn mistral_config(config: &Config) -> MistralConfig {
     let prefix_cache = config.model.prefix_cache && config.model.max_num_seqs == 1;
     if config.model.prefix_cache && !prefix_cache {
@@ -443,7 +444,7 @@ impl Signals {
 mod tests {
     use super::*;
 
-    /// Batched sequences get no prefix reuse (it gave them one another's rows);
+    /// Batched sequences get no prefix reuse (it gave them one another's answers);
     /// one sequence at a time keeps it, and `prefix_cache = false` stays off.
     #[test]
     fn prefix_reuse_only_runs_one_sequence_at_a_time() {
