@@ -115,7 +115,8 @@ finish() {
 # registry's index gives it.
 DEST=.cache/patched/candle-core
 SHA=d11c8be87cfbaef9ebb62fb3f850d1fc8e00cc1d11d393fdbe55a4d5c2cdb325
-MARKER="candle-core 0.11.1 $SHA version=0.10.99 safetensors=0.7"
+OURS=scripts/patches/candle_avx2.rs
+MARKER="candle-core 0.11.1 $SHA version=0.10.99 safetensors=0.7 avx2=$(sha256sum $OURS | cut -c1-16) q4k-gemv-avx2=unpacked"
 if current $DEST "$MARKER"; then
   echo "patch-candle: $DEST ok" >&2
 else
@@ -124,6 +125,20 @@ else
   edit "$DEST.tmp/Cargo.toml" \
     $'name = "candle-core"\nversion = "0.11.1"' $'name = "candle-core"\nversion = "0.10.99"' \
     $'[dependencies.safetensors]\nversion = "0.8.0"' $'[dependencies.safetensors]\nversion = "0.7"'
+  # On plain AVX2 (no VNNI): the repacked Q4K/Q6K tile kernels from candle_avx2.rs (seeker's
+  # own, i16 sums; bit-identical results, prefill 1.2-1.3x), and one activation row (a
+  # decode step) against Q4K weights through k_quants' unpacked vec_dot instead of the tiles,
+  # which carry a third more bytes a weight (decode ~1.2x). bench/README.md, "AVX2 kernels".
+  cp $OURS "$DEST.tmp/src/quantized/seeker_avx2.rs"
+  edit "$DEST.tmp/src/quantized/repack_x86.rs" \
+    $'        D::Q4K => true,\n' \
+    $'        // seeker: a decode step on plain AVX2 reads the compact weights (patch-candle.sh)\n        D::Q4K => m > 1 || lv != X86Level::Avx2,\n' \
+    $'    // dpbusd stand-in for pure AVX2: maddubs (u8 x i8 -> i16 pairs) then madd against ones.\n    #[target_feature(enable = "avx2")]\n    unsafe fn dp_avx2(acc: __m256i, w_u8: __m256i, a_i8: __m256i) -> __m256i {\n        let prod16 = _mm256_maddubs_epi16(w_u8, a_i8);\n        _mm256_add_epi32(acc, _mm256_madd_epi16(prod16, _mm256_set1_epi16(1)))\n    }\n\n' \
+    '' \
+    $'    q4k_tile_256!(q4k_tile_avx2, dp_avx2, "avx2,fma");\n' \
+    '' \
+    $'    q6k_tile_256!(q6k_tile_avx2, dp_avx2, "avx2,fma");\n' \
+    $'    // seeker: the plain-AVX2 kernels (patch-candle.sh)\n    include!("seeker_avx2.rs");\n'
   finish $DEST "$MARKER"
 fi
 
