@@ -13,11 +13,14 @@
 #    target/llama-venv (scripts/llama-venv.sh): the remote-engine tests run
 #    real llama.cpp servers;
 # 5. without arguments, runs every test with cargo-nextest where `cargo nextest` is installed
-#    (one process a test, scheduled on both cores as tests finish: the suite ran in 1,394 s
-#    under nextest against 1,723 s under `cargo test` here, whose test binary waits for its
-#    slowest test before the next binary starts), then the doctests with `cargo test --doc`
-#    (nextest does not run them); else, or with arguments, `cargo test --locked` with the
-#    arguments given;
+#    (one process a test, scheduled on both cores as tests finish, the slowest first
+#    (.config/nextest.toml): the suite ran in 1,394 s under nextest against 1,723 s under
+#    `cargo test` on one machine, whose test binary waits for its slowest test before the
+#    next binary starts), then the doctests with `cargo test --doc` (nextest does not run
+#    them); else, or with arguments, `cargo test --locked` with the arguments given.
+#    nextest builds the library, binary and test targets only: the examples (benchmarks and
+#    probes, ~140 MB binaries each) are not linked for the tests, `cargo clippy
+#    --all-targets` in CI compiles them, and scripts/api-tests.sh builds the one it runs;
 # 6. without arguments, also the API contract tests (scripts/api-tests.sh:
 #    the official `openai` Python client, the web UI in headless Chromium and
 #    schemathesis, in a virtualenv; it installs Debian's `chromium` and
@@ -58,7 +61,7 @@ SEEKER_LLAMA_PYTHON=$(scripts/llama-venv.sh)
 export SEEKER_LLAMA_PYTHON
 
 if [ $# -eq 0 ] && cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run --locked --no-fail-fast
+    cargo nextest run --locked --no-fail-fast --lib --bins --tests
     cargo test --locked --doc
 else
     cargo test --locked "$@"
