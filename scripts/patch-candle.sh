@@ -14,7 +14,11 @@
 #                                    mistralrs 0.8.1, candle-nn and candle-transformers 0.10.2
 #                                    (all ^0.10.2) take it;
 #                                  - safetensors 0.8 -> 0.7: candle-nn 0.10's errors convert
-#                                    from 0.7's error type only (candle-core uses no 0.8 API).
+#                                    from 0.7's error type only (candle-core uses no 0.8 API);
+#                                  - on CPUs with plain AVX2 (no VNNI) only: seeker's Q4K/Q6K
+#                                    tile kernels (scripts/patches/candle_avx2.rs, included
+#                                    into quantized/repack_x86.rs) and decode steps against
+#                                    Q4K through the unpacked dot product.
 #   .cache/patched/mistralrs-core  mistralrs-core 0.8.1 as the registry serves it (sha256
 #                                  checked), with scripts/patches/cpu_attention.rs (seeker's own
 #                                  code) added as src/attention/seeker_cpu.rs and called first
