@@ -7,8 +7,8 @@
 // products, adjacent pairs summed into i16) to i32 with a `madd` against ones and an add: three
 // instructions a product. Here products are summed in i16 for as long as they cannot overflow
 // it and widened once. The integer sums are the same, so the results are bit-identical to
-// candle's (bench/README.md, "AVX2 kernels", checks the greedy text), and a sub-block costs
-// about a third fewer instructions. Tile layout (`TileQ4K`, `TileQ6K`: 16 weight rows, 4
+// candle's (bench/README.md, "AVX2 kernels", checked the greedy text once), and a Q4K
+// sub-block costs about a third fewer integer instructions (Q6K, with pairs only, a sixth). Tile layout (`TileQ4K`, `TileQ6K`: 16 weight rows, 4
 // bytes a row a group, rows 0-7 then 8-15 in the two 32-byte halves) and `BlockQ8K`
 // activations are candle's.
 
