@@ -10,7 +10,10 @@
 //! cargo run --example engine_bench -- --docs 8 --max-tokens 64 --runs 3
 //! ```
 //! Output: one JSON object per run: prompt_tokens, prefill_s (time to first token),
-//! prefill_tok_s, decode_tokens, decode_tok_s, then the generated text.
+//! prefill_tok_s, decode_tokens, decode_tok_s, load_s (the model's load: weights
+//! read, prepared or quantized, warm-up run) and rss_mib_after_load (resident
+//! memory then, MiB), then the generated text. `--checkpoint DIR --isq q4k` loads
+//! a Hugging Face checkpoint instead of the GGUF.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +30,12 @@ use seeker::search::bm25::Bm25Index;
 struct Args {
     #[arg(long, default_value = "models/SmolLM2-135M-Instruct.Q4_1.gguf")]
     gguf: PathBuf,
+    /// A Hugging Face checkpoint directory to load instead of `--gguf`.
+    #[arg(long)]
+    checkpoint: Option<PathBuf>,
+    /// In-situ quantization of `--checkpoint` (`auto`, `none`, `q4k`, `q8_0`, …).
+    #[arg(long, default_value = "auto")]
+    isq: seeker::engine::checkpoint::Isq,
     #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
     index: PathBuf,
     #[arg(long, default_value = "config/policies/search-r1-prefetch.toml")]
@@ -127,8 +136,11 @@ async fn run() -> anyhow::Result<()> {
         "bf16" => ActivationDtype::Bf16,
         _ => ActivationDtype::Auto,
     };
+    let loading = Instant::now();
     let engine = MistralEngine::load(&MistralConfig {
         gguf: args.gguf.clone(),
+        checkpoint: args.checkpoint.clone(),
+        isq: args.isq,
         dtype,
         max_num_seqs: 1,
         weights: match args.weights.as_str() {
@@ -144,6 +156,15 @@ async fn run() -> anyhow::Result<()> {
         token_continuation: true,
     })
     .await?;
+    // Load time (weights read, quantized, warm-up run) and resident memory.
+    let rss_kib: Option<u64> = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        });
+    let (load_s, rss_mib) = (loading.elapsed().as_secs_f64(), rss_kib.map(|k| k / 1024));
     let profile = Arc::new(Profile::load(&args.profile)?);
     let index = Bm25Index::open(&args.index)?;
     let head = engine
@@ -247,6 +268,8 @@ async fn run() -> anyhow::Result<()> {
                 "prefill_tok_s": generation.prompt_tokens as f64 / ttft,
                 "decode_tokens": tokens.saturating_sub(1),
                 "decode_tok_s": tokens.saturating_sub(1) as f64 / decode_s,
+                "load_s": load_s,
+                "rss_mib_after_load": rss_mib,
             })
         );
         if run == 0 {

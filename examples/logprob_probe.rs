@@ -106,6 +106,8 @@ async fn load_mode(
     let prefix_cache = mode != "off";
     Ok(MistralEngine::load(&MistralConfig {
         gguf: gguf.to_path_buf(),
+        checkpoint: None,
+        isq: Default::default(),
         dtype: ActivationDtype::F32,
         max_num_seqs: 1,
         weights,

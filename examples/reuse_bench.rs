@@ -164,6 +164,8 @@ async fn main() -> anyhow::Result<()> {
     for reuse in [false, true] {
         let engine = MistralEngine::load(&MistralConfig {
             gguf: args.gguf.clone(),
+            checkpoint: None,
+            isq: Default::default(),
             dtype: ActivationDtype::F32,
             max_num_seqs: 1,
             weights: WeightFormat::Auto,

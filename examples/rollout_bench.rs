@@ -150,6 +150,8 @@ async fn run() -> anyhow::Result<()> {
     let engine = Arc::new(
         MistralEngine::load(&MistralConfig {
             gguf: args.gguf.clone(),
+            checkpoint: None,
+            isq: Default::default(),
             dtype: ActivationDtype::F32,
             max_num_seqs: 1,
             weights,

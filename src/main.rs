@@ -32,6 +32,16 @@ enum Command {
         /// Port to bind (0 picks a free one); overrides server.port.
         #[arg(long)]
         port: Option<u16>,
+        /// The policy model: a GGUF file (sets model.gguf) or a Hugging Face
+        /// checkpoint directory (sets model.checkpoint: config.json,
+        /// *.safetensors, tokenizer.json, tokenizer_config.json).
+        #[arg(long, value_name = "GGUF_OR_DIR")]
+        model: Option<PathBuf>,
+        /// In-situ quantization of a checkpoint's weights while loading;
+        /// overrides model.isq: auto (= q4k), none, q4_0, q4_1, q5_0, q5_1,
+        /// q8_0, q2k, q3k, q4k, q5k, q6k.
+        #[arg(long)]
+        isq: Option<seeker::engine::checkpoint::Isq>,
     },
     /// Build a BM25 index from a JSONL corpus ({"id", "title", "text"} per
     /// line), and/or its dense index with a sentence encoder (`--dense`).
@@ -276,7 +286,13 @@ fn main() -> ExitCode {
     seeker::logging::init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve { config, host, port } => cmd_serve(config.as_deref(), host, port),
+        Command::Serve {
+            config,
+            host,
+            port,
+            model,
+            isq,
+        } => cmd_serve(config.as_deref(), host, port, model, isq),
         Command::Index {
             corpus,
             index,
@@ -313,13 +329,35 @@ fn main() -> ExitCode {
     }
 }
 
-fn cmd_serve(config: Option<&Path>, host: Option<String>, port: Option<u16>) -> anyhow::Result<()> {
+fn cmd_serve(
+    config: Option<&Path>,
+    host: Option<String>,
+    port: Option<u16>,
+    model: Option<PathBuf>,
+    isq: Option<seeker::engine::checkpoint::Isq>,
+) -> anyhow::Result<()> {
     let mut config = Config::load(config, env_vars()?)?;
     if let Some(host) = host {
         config.server.host = host;
     }
     if let Some(port) = port {
         config.server.port = port;
+    }
+    match model {
+        Some(dir) if dir.is_dir() => config.model.checkpoint = dir,
+        Some(file) if file.is_file() => {
+            config.model.gguf = file;
+            config.model.checkpoint = PathBuf::new();
+        }
+        Some(other) => anyhow::bail!(
+            "--model {}: no such file or directory (a GGUF file or a Hugging Face \
+             checkpoint directory)",
+            other.display()
+        ),
+        None => {}
+    }
+    if let Some(isq) = isq {
+        config.model.isq = isq;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -9,10 +9,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::config::{Config, EngineKind};
 use crate::engine::chat_template::ChatTemplate;
+use crate::engine::checkpoint::Checkpoint;
 use crate::engine::mistral::{MistralConfig, MistralEngine};
 use crate::engine::remote::{RemoteConfig, RemoteEngine};
 use crate::engine::text::PolicyText;
@@ -127,6 +128,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         grace,
     ));
     let (gguf, weights) = (mistral.gguf.clone(), mistral.weights);
+    let from_checkpoint = mistral.checkpoint.is_some();
     let mut load = if remote {
         tokio::spawn(connect_remote(
             remote_config(&config),
@@ -150,7 +152,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             tracing::info!("signal received while the model loads: stopping");
             let _ = stop_server.send(());
             load.abort();
-            if !remote {
+            if !remote && !from_checkpoint {
                 crate::engine::prepare::discard_own_partial(&gguf, weights);
             }
             // Nothing but `/health`-style answers runs before the model is
@@ -189,19 +191,37 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 }
 
 /// Where the chat template comes from, checked before the server listens:
-/// the remote engine's `model.tokenizer_config` when set, otherwise the
-/// GGUF, which must be a file and a usable model (fail before listening when
-/// the model file is missing, not after). Both engines' chat template and
+/// the remote engine's `model.tokenizer_config` when set; else
+/// `model.checkpoint` when set (for the embedded engine the whole directory
+/// is checked, weights included: [`Checkpoint::open`]); otherwise the GGUF,
+/// which must be a file and a usable model (fail before listening when the
+/// model file is missing, not after). Both engines' chat template and
 /// control tokens are read from the source returned.
 ///
 /// # Errors
-/// A missing or unusable GGUF, with the setting to change.
+/// A missing or unusable GGUF or checkpoint, with the setting to change.
 async fn template_source(config: &Config) -> anyhow::Result<TemplateSource> {
     let remote = config.model.engine == EngineKind::Remote;
     if remote && !config.model.tokenizer_config.as_os_str().is_empty() {
         return Ok(TemplateSource::TokenizerConfig(
             config.model.tokenizer_config.clone(),
         ));
+    }
+    let checkpoint = config.model.checkpoint.clone();
+    if !checkpoint.as_os_str().is_empty() {
+        if remote {
+            anyhow::ensure!(
+                checkpoint.join("tokenizer_config.json").is_file(),
+                "model.checkpoint = {}: no tokenizer_config.json",
+                checkpoint.display()
+            );
+        } else {
+            let dir = checkpoint.clone();
+            tokio::task::spawn_blocking(move || Checkpoint::open(&dir))
+                .await?
+                .map_err(|e| e.context("model.checkpoint is not a checkpoint seeker can serve"))?;
+        }
+        return Ok(TemplateSource::Checkpoint(checkpoint));
     }
     anyhow::ensure!(
         config.model.gguf.is_file(),
@@ -254,8 +274,11 @@ fn mistral_config(config: &Config) -> MistralConfig {
              (model.max_num_seqs > 1)"
         );
     }
+    let checkpoint = &config.model.checkpoint;
     MistralConfig {
         gguf: config.model.gguf.clone(),
+        checkpoint: (!checkpoint.as_os_str().is_empty()).then(|| checkpoint.clone()),
+        isq: config.model.isq,
         dtype: config.model.dtype,
         max_num_seqs: config.model.max_num_seqs,
         weights: config.model.weights,
@@ -274,6 +297,8 @@ const LOADING_SHUTDOWN: Duration = Duration::from_secs(1);
 enum TemplateSource {
     Gguf(PathBuf),
     TokenizerConfig(PathBuf),
+    /// A Hugging Face checkpoint directory.
+    Checkpoint(PathBuf),
 }
 
 /// The chat template (or why it cannot be used) and the control tokens: the
@@ -292,21 +317,34 @@ impl TemplateSource {
                 ChatTemplate::from_gguf(gguf),
                 crate::engine::prepare::special_tokens(gguf)?,
             ),
-            TemplateSource::TokenizerConfig(path) => {
-                let tokens =
-                    crate::engine::chat_template::special_tokens_of_tokenizer_config(path)?;
-                if tokens.is_empty() {
-                    tracing::warn!(
-                        tokenizer_config = %path.display(),
-                        "no control tokens found (no special added_tokens_decoder entries, \
-                         no bos/eos/pad token, no additional_special_tokens): control tokens \
-                         written in messages and documents reach the model as such"
-                    );
-                }
-                (ChatTemplate::from_tokenizer_config(path), tokens)
-            }
+            TemplateSource::TokenizerConfig(path) => (
+                ChatTemplate::from_tokenizer_config(path),
+                tokenizer_config_tokens(path)?,
+            ),
+            TemplateSource::Checkpoint(dir) => (
+                ChatTemplate::from_checkpoint(dir),
+                tokenizer_config_tokens(&dir.join("tokenizer_config.json"))?,
+            ),
         })
     }
+}
+
+/// The control tokens of a `tokenizer_config.json`, with a warning when it
+/// has none.
+///
+/// # Errors
+/// An unreadable or malformed file.
+fn tokenizer_config_tokens(path: &Path) -> anyhow::Result<Vec<String>> {
+    let tokens = crate::engine::chat_template::special_tokens_of_tokenizer_config(path)?;
+    if tokens.is_empty() {
+        tracing::warn!(
+            tokenizer_config = %path.display(),
+            "no control tokens found (no special added_tokens_decoder entries, \
+             no bos/eos/pad token, no additional_special_tokens): control tokens \
+             written in messages and documents reach the model as such"
+        );
+    }
+    Ok(tokens)
 }
 
 /// The remote engine's settings from `[model]`, the API key read from the
@@ -363,7 +401,7 @@ async fn load_engine(
         .await?
         .with_metrics(Arc::clone(&state.metrics));
     tracing::info!(
-        model = %mistral.gguf.display(),
+        model = %mistral.checkpoint.as_ref().unwrap_or(&mistral.gguf).display(),
         dtype = ?mistral.dtype,
         context = ?engine.max_seq_len(),
         seconds = started.elapsed().as_secs_f64(),

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
+use crate::engine::checkpoint::Isq;
 use crate::engine::mistral::ActivationDtype;
 use crate::engine::prepare::WeightFormat;
 
@@ -35,8 +36,23 @@ pub struct ModelConfig {
     pub engine: EngineKind,
     /// GGUF file with weights, tokenizer and chat template. With the remote
     /// engine only its chat template and control tokens are read, unless
-    /// `tokenizer_config` is set.
+    /// `tokenizer_config` or `checkpoint` is set. Not read when `checkpoint`
+    /// is set.
     pub gguf: PathBuf,
+    /// A Hugging Face checkpoint directory (`config.json`, `*.safetensors`
+    /// with `model.safetensors.index.json` when sharded, `tokenizer.json`,
+    /// `tokenizer_config.json`; `engine::checkpoint`) to serve instead of
+    /// `gguf`: the embedded engine loads it with mistral.rs's plain-model
+    /// loader, quantized in memory as `isq` says; its chat template and
+    /// control tokens come from its `tokenizer_config.json` (also for the
+    /// remote engine, when `tokenizer_config` is empty). Empty = `gguf`.
+    /// `seeker serve --model DIR` sets it.
+    pub checkpoint: PathBuf,
+    /// In-situ quantization of `checkpoint`'s weights while loading: `auto`
+    /// (= `q4k`), `none` (the weights as they are, in `dtype`), `q4_0`,
+    /// `q4_1`, `q5_0`, `q5_1`, `q8_0`, `q2k`, `q3k`, `q4k`, `q5k`, `q6k`.
+    /// Measured in `bench/README.md`.
+    pub isq: Isq,
     /// Remote engine: base URL of each replica (`http://gpu1:8000`). A
     /// rollout stays on one replica; new rollouts go to the least busy.
     pub remote_urls: Vec<String>,
@@ -65,7 +81,7 @@ pub struct ModelConfig {
     /// (`prefix_cache`) is turned off: it is not correct with batched
     /// sequences yet (`startup::mistral_config`).
     pub max_num_seqs: usize,
-    /// Weight format the engine runs, prepared once next to `gguf` and loaded
+    /// Weight format the engine runs (GGUF only), prepared once next to `gguf` and loaded
     /// from there: `auto` (default) is `f32` when the F32 copy is at most
     /// 2 GiB, else `q8_0` when some weight has no candle SIMD kernel (Q4_1,
     /// Q5_0, Q5_1, Q8_1), else `as_is` (the default Qwen Q4_K_M file);
@@ -99,6 +115,8 @@ impl Default for ModelConfig {
             id: DEFAULT_MODEL_ID.into(),
             engine: EngineKind::Embedded,
             gguf: DEFAULT_GGUF.into(),
+            checkpoint: PathBuf::new(),
+            isq: Isq::Auto,
             remote_urls: Vec::new(),
             remote_model: String::new(),
             remote_api_key_env: "SEEKER_REMOTE_API_KEY".into(),

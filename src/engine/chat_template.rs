@@ -96,25 +96,25 @@ impl ChatTemplate {
     /// # Errors
     /// An unreadable file, no template in it, or one that does not parse.
     pub fn from_tokenizer_config(path: &Path) -> Result<Self, EngineError> {
-        let load = |e: String| EngineError::Load(format!("{}: {e}", path.display()));
-        let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
-        let config: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| load(e.to_string()))?;
-        let source = match &config["chat_template"] {
-            serde_json::Value::String(s) => Some(s.clone()),
-            serde_json::Value::Array(list) => list
-                .iter()
-                .find(|t| t["name"] == "default")
-                .and_then(|t| t["template"].as_str())
-                .map(str::to_string),
-            _ => None,
-        }
-        .ok_or_else(|| load("no chat_template".into()))?;
-        Self::new(
-            &source,
-            token_content(&config["bos_token"]),
-            token_content(&config["eos_token"]),
-        )
+        let (source, bos, eos) =
+            tokenizer_config_parts(path).map_err(|e| EngineError::Load(format!("{e:#}")))?;
+        let source = source
+            .ok_or_else(|| EngineError::Load(format!("{}: no chat_template", path.display())))?;
+        Self::new(&source, bos, eos)
+    }
+
+    /// The template of Hugging Face checkpoint directory `dir`
+    /// ([`super::checkpoint::chat_template_parts`]: `chat_template.jinja`
+    /// when there is one, else `tokenizer_config.json`'s).
+    ///
+    /// # Errors
+    /// Unreadable files, no template, or one that does not parse.
+    pub fn from_checkpoint(dir: &Path) -> Result<Self, EngineError> {
+        let (source, bos, eos) = super::checkpoint::chat_template_parts(dir)
+            .map_err(|e| EngineError::Load(format!("{e:#}")))?;
+        let source = source
+            .ok_or_else(|| EngineError::Load(format!("{}: no chat_template", dir.display())))?;
+        Self::new(&source, bos, eos)
     }
 
     /// `messages` rendered, ending with the generation prompt of a new
@@ -254,6 +254,36 @@ fn python_tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
         .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
     Ok(Value::from_safe_string(crate::pyjson::dumps(&json, indent)))
 }
+
+/// What a chat template needs from a Hugging Face `tokenizer_config.json`:
+/// its `chat_template` (a string, or the entry named `default` of a list),
+/// `bos_token` and `eos_token` (strings or `{"content": ...}` objects), each
+/// `None` when absent.
+///
+/// # Errors
+/// An unreadable or malformed file (naming it).
+pub(crate) fn tokenizer_config_parts(path: &Path) -> anyhow::Result<TemplateParts> {
+    let load = |e: String| anyhow::anyhow!("{}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
+    let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| load(e.to_string()))?;
+    let source = match &config["chat_template"] {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Array(list) => list
+            .iter()
+            .find(|t| t["name"] == "default")
+            .and_then(|t| t["template"].as_str())
+            .map(str::to_string),
+        _ => None,
+    };
+    Ok((
+        source,
+        token_content(&config["bos_token"]),
+        token_content(&config["eos_token"]),
+    ))
+}
+
+/// A chat template's source, BOS and EOS token strings, each when known.
+pub(crate) type TemplateParts = (Option<String>, Option<String>, Option<String>);
 
 /// A token as `tokenizer_config.json` writes it: a string, or an
 /// `AddedToken` object's `{"content": …}`.

@@ -15,6 +15,7 @@
 //! Dropping the receiver returned by [`Engine::generate`] cancels generation.
 
 pub mod chat_template;
+pub mod checkpoint;
 pub mod continued;
 pub mod gate;
 pub mod mistral;

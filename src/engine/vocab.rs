@@ -1,5 +1,6 @@
 //! The embedded model's vocabulary as prefix reuse needs it, read from the
-//! GGUF: each token's bytes in the generated text, the end-of-sequence ids
+//! GGUF (or a Hugging Face checkpoint's `tokenizer.json`,
+//! [`Vocab::from_checkpoint`]): each token's bytes in the generated text, the end-of-sequence ids
 //! mistral.rs stops on, and two control tokens no prompt of seeker's uses
 //! (the sentinels of [`super::reuse`]).
 //!
@@ -136,6 +137,127 @@ impl Vocab {
         for alternate in ALTERNATE_EOS {
             if let Some(&id) = ids.get(*alternate) {
                 if template.contains(alternate) && !eos.contains(&id) {
+                    eos.push(id);
+                }
+            }
+        }
+        Ok(Self {
+            pieces,
+            ids,
+            by_bytes,
+            eos,
+            control,
+        })
+    }
+
+    /// Reads the vocabulary of Hugging Face checkpoint `checkpoint`, as
+    /// mistral.rs 0.8.1's plain loader runs it: `tokenizer.json`'s BPE
+    /// `model.vocab` and its `added_tokens` (those marked `special` add no
+    /// bytes and are the control tokens; the others add their text), the
+    /// bytes of a normal token by the `decoder` (`ByteLevel`: GPT-2's byte
+    /// table, Qwen and Llama 3; a `Replace` of `▁`: SentencePiece, Llama 2
+    /// and Mistral). End-of-sequence ids as mistral.rs's
+    /// `calculate_eos_tokens` gathers them: `tokenizer_config.json`'s
+    /// `eos_token`, the alternates its chat template writes, and
+    /// `generation_config.json`'s `eos_token_id` (an id or a list).
+    ///
+    /// # Errors
+    /// Unreadable or malformed files; a model that is not BPE; a decoder of
+    /// neither kind.
+    pub fn from_checkpoint(checkpoint: &super::checkpoint::Checkpoint) -> anyhow::Result<Self> {
+        let path = checkpoint.tokenizer_json();
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("{}: not JSON: {e}", path.display()))?;
+        let vocab = json["model"]["vocab"].as_object().ok_or_else(|| {
+            anyhow::anyhow!(
+                "{}: model {:?} has no token-to-id vocab (prefix reuse knows BPE)",
+                path.display(),
+                json["model"]["type"]
+            )
+        })?;
+        let decoder = &json["decoder"];
+        let kinds: Vec<&serde_json::Value> = match decoder["type"].as_str() {
+            Some("Sequence") => decoder["decoders"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .collect(),
+            _ => vec![decoder],
+        };
+        let byte_level = kinds.iter().any(|d| d["type"] == "ByteLevel");
+        let sentencepiece = kinds
+            .iter()
+            .any(|d| d["type"] == "Replace" && d["pattern"]["String"] == "\u{2581}");
+        let decode: fn(&str) -> Vec<u8> = match (byte_level, sentencepiece) {
+            (true, _) => byte_level_bytes,
+            (false, true) => sentencepiece_bytes,
+            _ => anyhow::bail!(
+                "{}: decoder {:?} (prefix reuse knows ByteLevel and SentencePiece's \u{2581})",
+                path.display(),
+                decoder["type"]
+            ),
+        };
+        let mut texts: Vec<(u32, String, Option<bool>)> = vocab
+            .iter()
+            .filter_map(|(t, id)| Some((id.as_u64()? as u32, t.clone(), None)))
+            .collect();
+        for added in json["added_tokens"].as_array().into_iter().flatten() {
+            let (Some(id), Some(content)) = (added["id"].as_u64(), added["content"].as_str())
+            else {
+                continue;
+            };
+            let special = added["special"] == true;
+            texts.retain(|(i, _, _)| *i != id as u32);
+            texts.push((id as u32, content.to_string(), Some(special)));
+        }
+        let size = texts
+            .iter()
+            .map(|(id, _, _)| *id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut pieces = vec![Vec::new(); size];
+        let mut ids = HashMap::new();
+        let mut control = Vec::new();
+        for (id, text, added) in &texts {
+            pieces[*id as usize] = match added {
+                None => decode(text),
+                Some(false) => text.as_bytes().to_vec(),
+                Some(true) => {
+                    control.push((*id, text.clone()));
+                    Vec::new()
+                }
+            };
+            ids.insert(text.clone(), *id);
+        }
+        control.sort();
+        let mut by_bytes = HashMap::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            if !piece.is_empty() {
+                by_bytes.entry(piece.clone()).or_insert(i as u32);
+            }
+        }
+        let (template, _, eos_token) = super::checkpoint::chat_template_parts(&checkpoint.dir)?;
+        let template = template.unwrap_or_default();
+        let mut eos: Vec<u32> = eos_token
+            .and_then(|t| ids.get(&t).copied())
+            .into_iter()
+            .collect();
+        for alternate in ALTERNATE_EOS {
+            if let Some(&id) = ids.get(*alternate) {
+                if template.contains(alternate) && !eos.contains(&id) {
+                    eos.push(id);
+                }
+            }
+        }
+        if let Some(generation) = checkpoint.generation_config() {
+            let text = std::fs::read_to_string(&generation)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", generation.display()))?;
+            let json: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| anyhow::anyhow!("{}: not JSON: {e}", generation.display()))?;
+            for id in super::checkpoint::ids_of(&json["eos_token_id"]) {
+                if !eos.contains(&id) {
                     eos.push(id);
                 }
             }

@@ -72,7 +72,7 @@ fn user(content: &str) -> ChatTurn {
 /// Every shipped profile's first prompt for `question`, rendered by `engine`,
 /// and the same prompt followed by each of the profile's golden splices
 /// (`tests/fixtures/splices`): the texts the tokenizer must agree on.
-async fn golden_prompts(engine: &MistralEngine, question: &str) -> Vec<String> {
+pub(crate) async fn golden_prompts(engine: &MistralEngine, question: &str) -> Vec<String> {
     let mut texts = Vec::new();
     let fixtures = root().join("tests/fixtures/splices");
     let mut profiles: Vec<PathBuf> = std::fs::read_dir(root().join("config/policies"))
@@ -160,6 +160,8 @@ async fn qwen_renders_tokenizes_and_predicts_as_llama_cpp_does() {
     );
     let engine = MistralEngine::load(&MistralConfig {
         gguf: gguf.clone(),
+        checkpoint: None,
+        isq: Default::default(),
         dtype: ActivationDtype::F32,
         max_num_seqs: 1,
         weights: WeightFormat::AsIs,
@@ -319,7 +321,7 @@ fn profiles_with_a_capped_one(dir: &Path) -> PathBuf {
 /// The web UI's default question (the `#question` box in `static/index.html`),
 /// which is also the README's first example: the default model (greedy)
 /// searches for it before it answers.
-fn ui_default_question() -> String {
+pub(crate) fn ui_default_question() -> String {
     let page = std::fs::read_to_string(root().join("static/index.html")).unwrap();
     let start = page.find("<textarea id=\"question\"").unwrap();
     let text = &page[start..];

@@ -29,6 +29,8 @@ enum Mode {
 async fn small(mode: Mode) -> MistralEngine {
     MistralEngine::load(&MistralConfig {
         gguf: default_data(seeker::config::SMALL_GGUF),
+        checkpoint: None,
+        isq: Default::default(),
         dtype: ActivationDtype::F32,
         max_num_seqs: 1,
         weights: WeightFormat::Auto,

@@ -1,5 +1,6 @@
-//! Loading the embedded engine: the GGUF (or its prepared copy) becomes a
-//! mistral.rs pipeline, then a running `mistralrs::Model` with its scheduler.
+//! Loading the embedded engine: the GGUF (or its prepared copy), or a
+//! Hugging Face checkpoint quantized while loading, becomes a mistral.rs
+//! pipeline, then a running `mistralrs::Model` with its scheduler.
 //!
 //! Seam: [`MistralEngine::load`] is the only entry; it hands the prefix-reuse
 //! state to [`super::reuse_state`] and flushes the warm-up run's entry there.
@@ -9,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mistralrs::core::{
-    AddModelConfig, EngineConfig, GGUFLoaderBuilder, GGUFSpecificConfig, Pipeline, TokenSource,
+    AddModelConfig, EngineConfig, GGUFLoaderBuilder, GGUFSpecificConfig, NormalLoaderBuilder,
+    NormalSpecificConfig, Pipeline, TokenSource,
 };
 use mistralrs::model_builder_trait::build_model_from_pipeline;
 use mistralrs::{
@@ -18,7 +20,8 @@ use mistralrs::{
 };
 
 use super::reuse_state::{flush, FlushReason, Reuse};
-use super::{ActivationDtype, MistralConfig, MistralEngine, LOG_TARGET};
+use super::{ActivationDtype, MistralConfig, MistralEngine, ModelFiles, LOG_TARGET};
+use crate::engine::checkpoint::Checkpoint;
 use crate::engine::prepare::ensure_prepared;
 use crate::engine::{Engine, EngineError, EngineEvent, GenerationParams};
 
@@ -37,20 +40,34 @@ impl ActivationDtype {
 type Loaded = Arc<tokio::sync::Mutex<dyn Pipeline + Send + Sync>>;
 
 impl MistralEngine {
-    /// Loads the GGUF in `config` on the CPU (or the first CUDA device when built
-    /// with `cuda`).
+    /// Loads the GGUF in `config`, or its Hugging Face checkpoint when it
+    /// names one, on the CPU (or the first CUDA device when built with
+    /// `cuda`).
     ///
     /// # Errors
-    /// [`EngineError::Load`] when the file is missing or not a supported GGUF.
+    /// [`EngineError::Load`] when the file is missing or not a supported GGUF,
+    /// or the checkpoint fails [`Checkpoint::open`]'s checks or mistral.rs's
+    /// loader.
     pub async fn load(config: &MistralConfig) -> Result<Self, EngineError> {
-        if !config.gguf.is_file() {
-            return Err(EngineError::Load(format!(
-                "{} not found (run scripts/fetch-defaults.sh)",
-                config.gguf.display()
-            )));
-        }
-        let gguf = prepared_weights(config).await?;
-        let pipeline = load_pipeline(config, &gguf).await?;
+        let (files, pipeline) = if let Some(dir) = &config.checkpoint {
+            let dir = dir.clone();
+            let checkpoint = tokio::task::spawn_blocking(move || Checkpoint::open(&dir))
+                .await
+                .map_err(|e| EngineError::Load(format!("checkpoint check failed: {e}")))?
+                .map_err(|e| EngineError::Load(format!("{e:#}")))?;
+            let pipeline = load_checkpoint(config, &checkpoint).await?;
+            (ModelFiles::Checkpoint(checkpoint), pipeline)
+        } else {
+            if !config.gguf.is_file() {
+                return Err(EngineError::Load(format!(
+                    "{} not found (run scripts/fetch-defaults.sh)",
+                    config.gguf.display()
+                )));
+            }
+            let gguf = prepared_weights(config).await?;
+            let pipeline = load_pipeline(config, &gguf).await?;
+            (ModelFiles::Gguf(config.gguf.clone()), pipeline)
+        };
 
         let seqs = NonZeroUsize::new(config.max_num_seqs.max(1)).expect("max(1) is non-zero");
         let scheduler = SchedulerConfig::DefaultScheduler {
@@ -62,7 +79,7 @@ impl MistralEngine {
             tracing::warn!(target: LOG_TARGET, "prefix reuse is CPU-only for now; off on CUDA");
         }
         let reuse = if config.prefix_cache && !config.naive_prefix_cache && !cuda {
-            Some(Arc::new(Reuse::load(config).await?))
+            Some(Arc::new(Reuse::load(config, &files).await?))
         } else {
             None
         };
@@ -76,7 +93,7 @@ impl MistralEngine {
             model: Arc::new(model),
             max_seq_len,
             #[cfg(any(test, feature = "testing"))]
-            gguf: config.gguf.clone(),
+            files,
             reuse,
         };
         if !cuda {
@@ -202,6 +219,59 @@ async fn load_pipeline(config: &MistralConfig, gguf: &Path) -> Result<Loaded, En
     .await
     .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?
     .map_err(|e| EngineError::Load(format!("{}: {e:#}", config.gguf.display())))
+}
+
+/// Loads Hugging Face checkpoint `checkpoint` (checked by
+/// [`Checkpoint::open`]) into a mistral.rs pipeline with its plain-model
+/// loader, the architecture read from `config.json`, the weights quantized
+/// in memory as `config.isq` says (file reads and quantization stay off the
+/// async runtime). mistral.rs reads the chat template, the tokenizer and
+/// the end-of-sequence ids from the directory itself.
+///
+/// # Errors
+/// [`EngineError::Load`] with mistral.rs's error.
+async fn load_checkpoint(
+    config: &MistralConfig,
+    checkpoint: &Checkpoint,
+) -> Result<Loaded, EngineError> {
+    let dir = checkpoint.dir.to_string_lossy().into_owned();
+    let dtype = config.dtype.to_mistral();
+    let device = best_device()?;
+    let isq = config.isq.to_mistral();
+    let started = std::time::Instant::now();
+    let loaded = tokio::task::spawn_blocking(move || {
+        let loader = NormalLoaderBuilder::new(
+            NormalSpecificConfig::default(),
+            None,
+            None,
+            Some(dir),
+            false,
+            None,
+        )
+        .build(None)?;
+        loader.load_model_from_hf(
+            None,
+            TokenSource::None,
+            &dtype,
+            &device,
+            true,
+            DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
+            isq,
+            None,
+        )
+    })
+    .await
+    .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?
+    .map_err(|e| EngineError::Load(format!("{}: {e:#}", checkpoint.dir.display())))?;
+    tracing::info!(
+        target: LOG_TARGET,
+        checkpoint = %checkpoint.dir.display(),
+        architecture = %checkpoint.architecture,
+        isq = ?config.isq,
+        seconds = started.elapsed().as_secs_f64(),
+        "checkpoint loaded"
+    );
+    Ok(loaded)
 }
 
 /// Builds the engine (`mistralrs::Model`) from a loaded pipeline on a thread

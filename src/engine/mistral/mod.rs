@@ -1,5 +1,7 @@
-//! The embedded engine: a local GGUF model run by mistral.rs 0.8.1 on the CPU
-//! (CUDA with the `cuda` feature), loaded from a local file with no network.
+//! The embedded engine: a local GGUF model, or a Hugging Face checkpoint
+//! directory quantized while loading ([`super::checkpoint`]), run by
+//! mistral.rs 0.8.1 on the CPU (CUDA with the `cuda` feature), loaded from
+//! local files with no network.
 //!
 //! Facts this module is built around (read from mistral.rs 0.8.1 and measured;
 //! numbers in `bench/README.md`):
@@ -56,6 +58,7 @@ use either::Either;
 use mistralrs::{SamplingParams, StopTokens};
 use tokio::sync::mpsc;
 
+use super::checkpoint::Isq;
 use super::prepare::WeightFormat;
 use super::text::TokenCount;
 use super::{Engine, EngineError, EngineEvent, Generation, GenerationParams};
@@ -106,7 +109,13 @@ pub enum ActivationDtype {
 #[derive(Clone, Debug)]
 pub struct MistralConfig {
     /// Path to the GGUF file (tokenizer and chat template are read from it).
+    /// Not read when `checkpoint` is set.
     pub gguf: PathBuf,
+    /// A Hugging Face checkpoint directory to serve instead of `gguf`
+    /// ([`super::checkpoint`]), loaded by mistral.rs's plain-model loader.
+    pub checkpoint: Option<PathBuf>,
+    /// In-situ quantization of `checkpoint`'s weights while loading.
+    pub isq: Isq,
     pub dtype: ActivationDtype,
     /// Sequences the scheduler runs at once.
     pub max_num_seqs: usize,
@@ -131,13 +140,21 @@ pub struct MistralConfig {
     pub token_continuation: bool,
 }
 
+/// Where the embedded model's weights, tokenizer and chat template are.
+#[derive(Clone, Debug)]
+enum ModelFiles {
+    Gguf(PathBuf),
+    Checkpoint(super::checkpoint::Checkpoint),
+}
+
 /// See the module documentation.
 pub struct MistralEngine {
     model: Arc<mistralrs::Model>,
     max_seq_len: Option<usize>,
-    /// The GGUF the model was loaded from (its chat template, for probes).
+    /// The GGUF or checkpoint the model was loaded from (its chat template,
+    /// for probes).
     #[cfg(any(test, feature = "testing"))]
-    gguf: PathBuf,
+    files: ModelFiles,
     /// `None`: no prefix cache, or mistral.rs's own (naive).
     reuse: Option<Arc<Reuse>>,
 }

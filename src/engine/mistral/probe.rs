@@ -66,7 +66,11 @@ impl MistralEngine {
         if tools.is_empty() && !messages.iter().any(ChatTurn::is_tool_turn) {
             return self.render_chat(messages).await;
         }
-        ChatTemplate::from_gguf(&self.gguf)?.render_with_tools(messages, tools)
+        let template = match &self.files {
+            super::ModelFiles::Gguf(gguf) => ChatTemplate::from_gguf(gguf)?,
+            super::ModelFiles::Checkpoint(c) => ChatTemplate::from_checkpoint(&c.dir)?,
+        };
+        template.render_with_tools(messages, tools)
     }
 }
 

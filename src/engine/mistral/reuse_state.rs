@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use mistralrs::{NormalRequest, Response, SamplingParams, StopTokens};
 
 use super::stream::{completion_request, submit};
-use super::{ActivationDtype, MistralConfig, MistralEngine, LOG_TARGET};
+use super::{ActivationDtype, MistralConfig, MistralEngine, ModelFiles, LOG_TARGET};
 use crate::engine::continued;
 use crate::engine::reuse::{capacity_rows, Forced, PrefixTracker, Sentinel, Sentinels};
 use crate::engine::vocab::{self, Vocab};
@@ -107,28 +107,41 @@ pub(super) struct Admitted {
 }
 
 impl Reuse {
-    /// The vocabulary, sentinels and KV size of `config.gguf`.
+    /// The vocabulary, sentinels and KV size of the model in `files`.
     ///
     /// # Errors
-    /// [`EngineError::Load`] when the GGUF's vocabulary cannot be read or has
-    /// no two spare control tokens for sentinels.
-    pub(super) async fn load(config: &MistralConfig) -> Result<Self, EngineError> {
-        let gguf = config.gguf.clone();
+    /// [`EngineError::Load`] when the model's vocabulary cannot be read or
+    /// has no two spare control tokens for sentinels.
+    pub(super) async fn load(
+        config: &MistralConfig,
+        files: &ModelFiles,
+    ) -> Result<Self, EngineError> {
+        let files = files.clone();
         let dtype_bytes = match config.dtype {
             ActivationDtype::F32 => 4,
             _ => 2,
         };
         let loaded = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let vocab = Vocab::from_gguf(&gguf)?;
-            let (template, _, _) = crate::engine::prepare::chat_template_parts(&gguf)?;
-            let bytes_per_row = vocab::kv_bytes_per_row(&gguf, dtype_bytes)?;
+            let (vocab, template, bytes_per_row, name) = match &files {
+                ModelFiles::Gguf(gguf) => (
+                    Vocab::from_gguf(gguf)?,
+                    crate::engine::prepare::chat_template_parts(gguf)?.0,
+                    vocab::kv_bytes_per_row(gguf, dtype_bytes)?,
+                    gguf.display().to_string(),
+                ),
+                ModelFiles::Checkpoint(checkpoint) => (
+                    Vocab::from_checkpoint(checkpoint)?,
+                    crate::engine::checkpoint::chat_template_parts(&checkpoint.dir)?.0,
+                    checkpoint.kv_bytes_per_row(dtype_bytes),
+                    checkpoint.dir.display().to_string(),
+                ),
+            };
             let (stop, mark) = vocab
                 .sentinels(&template.unwrap_or_default(), &[])
                 .ok_or_else(|| {
                     anyhow::anyhow!(
-                        "{}: fewer than two spare control tokens to end cached \
-                         sequences with; set model.prefix_cache = false",
-                        gguf.display()
+                        "{name}: fewer than two spare control tokens to end cached \
+                         sequences with; set model.prefix_cache = false"
                     )
                 })?;
             Ok((vocab, Sentinels { stop, mark }, bytes_per_row))
