@@ -44,11 +44,16 @@
 //! - `qwen`: the default model (Qwen2.5-Coder-1.5B) against llama.cpp on the
 //!   same GGUF (prompt, token ids, log-probabilities, end of turn), and end to
 //!   end through the binary on the default config.
+//! - `checkpoint`: a Hugging Face checkpoint made from the default GGUF
+//!   (`scripts/hf-from-gguf.sh`) against the GGUF path (prompt, token ids,
+//!   end ids, log-probabilities), served by the real binary quantized in
+//!   memory, and bad checkpoint directories refused at startup.
 //! - `common`: shared helpers.
 //!
 //! `SEEKER_TEST_BIN=PATH` runs the real-binary tests against another build.
 
 mod backends;
+mod checkpoint;
 mod client_tools;
 mod common;
 mod dense;
