@@ -23,6 +23,8 @@
 //! # token ids, the top 10 next-token log-probs and 48 greedy tokens, to set
 //! # this build against another build's and llama.cpp's:
 //! cargo run --release --example logprob_probe -- kernels > kernels.jsonl
+//! # The same on a Hugging Face checkpoint (bench/checkpoint.sh):
+//! cargo run --release --example logprob_probe -- kernels --checkpoint DIR --isq q4k
 //! ```
 //! Prints the top 5 `(token id, log-prob)` of each run and the largest
 //! difference against the first.
@@ -74,6 +76,13 @@ enum Probe {
     Kernels {
         #[arg(long, default_value = seeker::config::DEFAULT_GGUF)]
         gguf: PathBuf,
+        /// A Hugging Face checkpoint directory to load instead of `--gguf`
+        /// (bench/checkpoint.sh sets it against the GGUF it came from).
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// In-situ quantization of `--checkpoint`.
+        #[arg(long, default_value = "auto")]
+        isq: seeker::engine::checkpoint::Isq,
         /// Greedy tokens after each prompt.
         #[arg(long, default_value_t = 48)]
         tokens: usize,
@@ -245,8 +254,30 @@ async fn kernel_prompts(engine: &MistralEngine) -> anyhow::Result<Vec<(String, S
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Args::parse().probe {
-        Probe::Kernels { gguf, tokens } => {
-            let engine = load(&gguf, WeightFormat::AsIs, false).await?;
+        Probe::Kernels {
+            gguf,
+            checkpoint,
+            isq,
+            tokens,
+        } => {
+            let engine = match checkpoint {
+                None => load(&gguf, WeightFormat::AsIs, false).await?,
+                Some(dir) => {
+                    MistralEngine::load(&MistralConfig {
+                        gguf,
+                        checkpoint: Some(dir),
+                        isq,
+                        dtype: ActivationDtype::F32,
+                        max_num_seqs: 1,
+                        weights: WeightFormat::AsIs,
+                        prefix_cache: false,
+                        prefix_cache_mib: 2048,
+                        naive_prefix_cache: false,
+                        token_continuation: true,
+                    })
+                    .await?
+                }
+            };
             for (name, prompt) in kernel_prompts(&engine).await? {
                 let ids = engine.tokenize(&prompt).await?;
                 let top = engine.next_token_logprobs(&prompt, 10).await?;

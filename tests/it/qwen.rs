@@ -321,7 +321,7 @@ fn profiles_with_a_capped_one(dir: &Path) -> PathBuf {
 /// The web UI's default question (the `#question` box in `static/index.html`),
 /// which is also the README's first example: the default model (greedy)
 /// searches for it before it answers.
-pub(crate) fn ui_default_question() -> String {
+fn ui_default_question() -> String {
     let page = std::fs::read_to_string(root().join("static/index.html")).unwrap();
     let start = page.find("<textarea id=\"question\"").unwrap();
     let text = &page[start..];
