@@ -34,7 +34,9 @@ enum Command {
         port: Option<u16>,
         /// The policy model: a GGUF file (sets model.gguf) or a Hugging Face
         /// checkpoint directory (sets model.checkpoint: config.json,
-        /// *.safetensors, tokenizer.json, tokenizer_config.json).
+        /// *.safetensors, tokenizer.json, tokenizer_config.json). The served
+        /// id becomes its name (the directory's, or the file's without
+        /// `.gguf`) unless model.id is set.
         #[arg(long, value_name = "GGUF_OR_DIR")]
         model: Option<PathBuf>,
         /// In-situ quantization of a checkpoint's weights while loading;
@@ -342,6 +344,21 @@ fn cmd_serve(
     }
     if let Some(port) = port {
         config.server.port = port;
+    }
+    // The served id follows the model named here, unless the config names one.
+    if let Some(path) = model.as_ref().filter(|p| p.exists()) {
+        if config.model.id == seeker::config::DEFAULT_MODEL_ID {
+            let name = if path.is_dir() {
+                path.canonicalize()
+                    .ok()
+                    .and_then(|p| p.file_name().map(|n| n.to_owned()))
+            } else {
+                path.file_stem().map(|n| n.to_owned())
+            };
+            if let Some(name) = name {
+                config.model.id = name.to_string_lossy().into_owned();
+            }
+        }
     }
     match model {
         Some(dir) if dir.is_dir() => config.model.checkpoint = dir,

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use crate::common::{default_data, post_json, root};
+use crate::common::{default_data, get_json, post_json, root};
 use crate::e2e::{seeker_bin, shared_index, start_default_model, wait_healthy};
 use crate::qwen::golden_prompts;
 use seeker::engine::checkpoint::{Checkpoint, Isq};
@@ -213,6 +213,12 @@ async fn a_checkpoint_served_with_isq_searches_and_answers() {
     let server = start_default_model(shared_index(), &[], &["--model", dir.to_str().unwrap()]);
     let client = reqwest::Client::new();
     wait_healthy(&client, &server.base).await;
+    // Served under the directory's name (`--model` sets the id).
+    let models: Value = get_json(&client, &format!("{}/v1/models", server.base)).await;
+    assert_eq!(
+        models["data"][0]["id"], "qwen2.5-coder-1.5b-instruct-f16",
+        "{models}"
+    );
     let body = json!({
         "model": "default",
         "policy": "search-r1",

@@ -104,6 +104,12 @@ pub async fn post_json(
         .unwrap()
 }
 
+/// GETs `url` and returns the JSON answer; panics on a transport error or
+/// a body that is not JSON.
+pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
 /// The server's `/metrics` text (Prometheus exposition format).
 pub async fn metrics_of(client: &reqwest::Client, base: &str) -> String {
     let response = client.get(format!("{base}/metrics")).send().await.unwrap();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::{default_data, post_json, root};
+use crate::common::{default_data, get_json, post_json, root};
 use crate::http::sse_data;
 
 pub(crate) const SEEKER: &str = env!("CARGO_BIN_EXE_seeker");
@@ -182,14 +182,7 @@ async fn real_model_searches_real_wikipedia_and_answers_streamed_and_not() {
     let client = reqwest::Client::new();
     wait_healthy(&client, &server.base).await;
 
-    let models: Value = client
-        .get(format!("{}/v1/models", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = get_json(&client, &format!("{}/v1/models", server.base)).await;
     assert_eq!(models["data"][0]["id"], "SmolLM2-135M-Instruct");
 
     // Streamed.

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::common::root;
+use crate::common::{get_json, root};
 use crate::web::{ask_for, over_stubs, OverStubs};
 
 /// A Prometheus server, killed on drop.
@@ -268,14 +268,7 @@ async fn every_dashboard_expression_and_rule_evaluates_on_a_real_prometheus() {
     }
 
     // Every rule evaluated without error; every recorded series exists.
-    let rules: Value = client
-        .get(format!("{}/api/v1/rules", prometheus.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rules: Value = get_json(&client, &format!("{}/api/v1/rules", prometheus.base)).await;
     let mut count = 0;
     for group in rules["data"]["groups"].as_array().unwrap() {
         for rule in group["rules"].as_array().unwrap() {

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::common::{default_data, post_json, root};
+use crate::common::{default_data, get_json, post_json, root};
 use crate::e2e::{shared_index, start_default_model, wait_healthy};
 use crate::http::sse_data;
 use crate::remote::Llama;
@@ -356,14 +356,7 @@ async fn the_default_model_searches_by_itself_and_answers() {
     let client = reqwest::Client::new();
     wait_healthy(&client, &server.base).await;
     let url = format!("{}/v1/chat/completions", server.base);
-    let models: Value = client
-        .get(format!("{}/v1/models", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = get_json(&client, &format!("{}/v1/models", server.base)).await;
     assert_eq!(models["data"][0]["id"], seeker::config::DEFAULT_MODEL_ID);
 
     // 1. A question the model searches for: the web UI's default.

@@ -21,6 +21,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
+use crate::common::get_json;
 use crate::e2e::{announced, seeker_bin, shared_index, wait_healthy, Server};
 use crate::remote::serve;
 use seeker::config::{BackendConfig, BackendKind, SearchConfig};
@@ -779,14 +780,7 @@ async fn each_provider_serves_text_tag_and_tool_call_rollouts_through_the_binary
         chat: url,
         dir: _dir,
     } = over_stubs("").await;
-    let models: Value = client
-        .get(format!("{}/v1/models", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let models: Value = get_json(&client, &format!("{}/v1/models", server.base)).await;
     let kinds = &models["data"][0]["search_backend_kinds"];
     for p in PROVIDERS {
         assert_eq!(kinds[p], *p, "{models}");
