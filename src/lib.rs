@@ -54,7 +54,8 @@
 //!   engine (`mistral`: `load`, `reuse_state`, `stream`, `probe`; with
 //!   `prepare` for weight copies, `reuse` for prefix
 //!   reuse and its sentinel, `continued` for rounds continued by token ids,
-//!   `vocab` for the GGUF's vocabulary); `remote` (inference servers:
+//!   `vocab` for the model's vocabulary, `checkpoint` for a Hugging Face
+//!   checkpoint directory and its in-situ quantization); `remote` (inference servers:
 //!   `pool` for replicas and their health, `request` for requests and
 //!   failover, `stream` and `wire` for their streams, `tokens` for rounds as
 //!   token ids); `gate` (engine slots, oldest rollout first) and `scripted`

@@ -345,33 +345,8 @@ fn cmd_serve(
     if let Some(port) = port {
         config.server.port = port;
     }
-    // The served id follows the model named here, unless the config names one.
-    if let Some(path) = model.as_ref().filter(|p| p.exists()) {
-        if config.model.id == seeker::config::DEFAULT_MODEL_ID {
-            let name = if path.is_dir() {
-                path.canonicalize()
-                    .ok()
-                    .and_then(|p| p.file_name().map(|n| n.to_owned()))
-            } else {
-                path.file_stem().map(|n| n.to_owned())
-            };
-            if let Some(name) = name {
-                config.model.id = name.to_string_lossy().into_owned();
-            }
-        }
-    }
-    match model {
-        Some(dir) if dir.is_dir() => config.model.checkpoint = dir,
-        Some(file) if file.is_file() => {
-            config.model.gguf = file;
-            config.model.checkpoint = PathBuf::new();
-        }
-        Some(other) => anyhow::bail!(
-            "--model {}: no such file or directory (a GGUF file or a Hugging Face \
-             checkpoint directory)",
-            other.display()
-        ),
-        None => {}
+    if let Some(model) = model {
+        config.model.serve(&model)?;
     }
     if let Some(isq) = isq {
         config.model.isq = isq;

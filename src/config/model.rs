@@ -201,6 +201,37 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// Serves `path` (`seeker serve --model PATH`): a directory becomes
+    /// `checkpoint`, a file `gguf` (and `checkpoint` is cleared); the served
+    /// `id` becomes its name (the directory's, or the file's without its
+    /// extension) unless it was set to something other than
+    /// [`DEFAULT_MODEL_ID`].
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] when `path` is neither a file nor a directory.
+    pub fn serve(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
+        let name = if path.is_dir() {
+            self.checkpoint = path.to_path_buf();
+            path.canonicalize()
+                .ok()
+                .and_then(|p| p.file_name().map(|n| n.to_owned()))
+        } else if path.is_file() {
+            self.gguf = path.to_path_buf();
+            self.checkpoint = PathBuf::new();
+            path.file_stem().map(|n| n.to_owned())
+        } else {
+            return Err(ConfigError::Invalid(format!(
+                "--model {}: no such file or directory (a GGUF file or a Hugging Face \
+                 checkpoint directory)",
+                path.display()
+            )));
+        };
+        if let (true, Some(name)) = (self.id == DEFAULT_MODEL_ID, name) {
+            self.id = name.to_string_lossy().into_owned();
+        }
+        Ok(())
+    }
+
     /// Checks the sizes: `prefix_cache_mib` at least 1 when `prefix_cache`
     /// is on, `max_num_seqs` at least 1.
     ///
@@ -219,5 +250,50 @@ impl ModelConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serving_a_path_picks_the_engine_input_and_the_served_id() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("SearchR1-3b");
+        std::fs::create_dir(&dir).unwrap();
+        let gguf = tmp.path().join("policy.Q4_K_M.gguf");
+        std::fs::write(&gguf, b"GGUF").unwrap();
+
+        let mut model = ModelConfig::default();
+        model.serve(&dir).unwrap();
+        assert_eq!(
+            (model.checkpoint.as_path(), model.id.as_str()),
+            (dir.as_path(), "SearchR1-3b")
+        );
+
+        // A file after a directory: the GGUF, and no checkpoint; the id
+        // set above is kept (it is no longer the default).
+        model.serve(&gguf).unwrap();
+        assert_eq!(model.gguf, gguf);
+        assert!(model.checkpoint.as_os_str().is_empty());
+        assert_eq!(model.id, "SearchR1-3b");
+        let mut fresh = ModelConfig::default();
+        fresh.serve(&gguf).unwrap();
+        assert_eq!(fresh.id, "policy.Q4_K_M");
+
+        // An id from the config wins.
+        let mut named = ModelConfig {
+            id: "mine".into(),
+            ..ModelConfig::default()
+        };
+        named.serve(&dir).unwrap();
+        assert_eq!(named.id, "mine");
+
+        let error = ModelConfig::default()
+            .serve(&tmp.path().join("missing"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("no such file or directory"), "{error}");
     }
 }
