@@ -212,9 +212,13 @@ impl ModelConfig {
     pub fn serve(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
         let name = if path.is_dir() {
             self.checkpoint = path.to_path_buf();
-            path.canonicalize()
-                .ok()
-                .and_then(|p| p.file_name().map(|n| n.to_owned()))
+            // The name as given (a link keeps its own name); `.` and `..`
+            // name the directory they stand for.
+            path.file_name().map(|n| n.to_owned()).or_else(|| {
+                path.canonicalize()
+                    .ok()
+                    .and_then(|p| p.file_name().map(|n| n.to_owned()))
+            })
         } else if path.is_file() {
             self.gguf = path.to_path_buf();
             self.checkpoint = PathBuf::new();

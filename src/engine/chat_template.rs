@@ -265,7 +265,8 @@ fn python_tojson(value: Value, kwargs: Kwargs) -> Result<Value, Error> {
 pub(crate) fn tokenizer_config_parts(path: &Path) -> anyhow::Result<TemplateParts> {
     let load = |e: String| anyhow::anyhow!("{}: {e}", path.display());
     let text = std::fs::read_to_string(path).map_err(|e| load(e.to_string()))?;
-    let config: serde_json::Value = serde_json::from_str(&text).map_err(|e| load(e.to_string()))?;
+    let config: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| load(format!("not JSON: {e}")))?;
     let source = match &config["chat_template"] {
         serde_json::Value::String(s) => Some(s.clone()),
         serde_json::Value::Array(list) => list

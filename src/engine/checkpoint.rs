@@ -148,7 +148,7 @@ impl Checkpoint {
             .and_then(|a| a.as_str())
             .ok_or_else(|| {
                 anyhow!(
-                    "{}: no \"architectures\"",
+                    "{}: no \"architectures\" list naming the model class",
                     dir.join("config.json").display()
                 )
             })?
@@ -166,6 +166,17 @@ impl Checkpoint {
         let hidden = number("hidden_size").ok_or_else(|| missing("hidden_size"))?;
         let kv_heads = number("num_key_value_heads").unwrap_or(heads);
         let head_dim = number("head_dim").unwrap_or(hidden / heads.max(1));
+        for (key, value) in [
+            ("num_hidden_layers", layers),
+            ("num_attention_heads", heads),
+            ("hidden_size", hidden),
+            ("num_key_value_heads", kv_heads),
+            ("head_dim", head_dim),
+        ] {
+            if value == 0 {
+                bail!("{}: {key} is 0", dir.join("config.json").display());
+            }
+        }
 
         let tokenizer_json = dir.join("tokenizer.json");
         if !tokenizer_json.is_file() {
@@ -174,8 +185,12 @@ impl Checkpoint {
                 dir.display()
             );
         }
-        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_json)
-            .map_err(|e| anyhow!("{}: {e}", tokenizer_json.display()))?;
+        let tokenizer = tokenizers::Tokenizer::from_file(&tokenizer_json).map_err(|e| {
+            anyhow!(
+                "{}: not a tokenizer the tokenizers library reads: {e}",
+                tokenizer_json.display()
+            )
+        })?;
         let vocab_size = tokenizer.get_vocab_size(true);
 
         let tokenizer_config = dir.join("tokenizer_config.json");
@@ -185,21 +200,38 @@ impl Checkpoint {
                 dir.display()
             );
         }
-        let (template, _, _) = chat_template_parts(dir)?;
-        if template.is_none() {
-            bail!(
+        let (template, bos, eos) = chat_template_parts(dir)?;
+        let template = template.filter(|t| !t.trim().is_empty()).ok_or_else(|| {
+            anyhow!(
                 "{}: no chat_template (and no chat_template.jinja beside it)",
                 tokenizer_config.display()
-            );
+            )
+        })?;
+        // The template must compile: the embedded engine renders with it.
+        if let Err(e) = super::chat_template::ChatTemplate::new(&template, bos, eos) {
+            let message = e.to_string();
+            let message = message.trim_start_matches("model load failed: ");
+            bail!("{}: {message}", dir.display());
         }
         let generation = dir.join("generation_config.json");
         if generation.is_file() {
-            for id in ids_of(&read_json(&generation)?["eos_token_id"]) {
-                if id as usize >= vocab_size {
-                    bail!(
-                        "{}: eos_token_id {id} is not in the vocabulary ({vocab_size} tokens)",
+            let eos = &read_json(&generation)?["eos_token_id"];
+            let listed: Vec<&serde_json::Value> = match eos {
+                serde_json::Value::Array(list) => list.iter().collect(),
+                serde_json::Value::Null => Vec::new(),
+                one => vec![one],
+            };
+            for id in listed {
+                match id.as_u64() {
+                    Some(n) if n < vocab_size as u64 => {}
+                    Some(n) => bail!(
+                        "{}: eos_token_id {n} is not in the vocabulary ({vocab_size} tokens)",
                         generation.display()
-                    );
+                    ),
+                    None => bail!(
+                        "{}: eos_token_id {id} is not a token id",
+                        generation.display()
+                    ),
                 }
             }
         }
@@ -255,7 +287,7 @@ pub fn chat_template_parts(
     let (template, bos, eos) =
         super::chat_template::tokenizer_config_parts(&dir.join("tokenizer_config.json"))?;
     let jinja = dir.join("chat_template.jinja");
-    let template = if jinja.is_file() {
+    let template = if jinja.exists() {
         Some(std::fs::read_to_string(&jinja).with_context(|| jinja.display().to_string())?)
     } else {
         template
@@ -266,10 +298,14 @@ pub fn chat_template_parts(
 /// The ids of a `generation_config.json` id field: a number or a list.
 pub(crate) fn ids_of(value: &serde_json::Value) -> Vec<u32> {
     match value {
-        serde_json::Value::Number(n) => n.as_u64().map(|n| n as u32).into_iter().collect(),
+        serde_json::Value::Number(n) => n
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .into_iter()
+            .collect(),
         serde_json::Value::Array(list) => list
             .iter()
-            .filter_map(|n| n.as_u64().map(|n| n as u32))
+            .filter_map(|n| n.as_u64().and_then(|n| u32::try_from(n).ok()))
             .collect(),
         _ => Vec::new(),
     }
@@ -542,6 +578,49 @@ mod tests {
                         .unwrap()
                 },
                 "eos_token_id 7 is not in the vocabulary",
+            ),
+            (
+                "a template that does not compile",
+                &|d| std::fs::write(d.join("chat_template.jinja"), "{% for %}").unwrap(),
+                "chat template: syntax error",
+            ),
+            (
+                "a template file that is a directory",
+                &|d| std::fs::create_dir(d.join("chat_template.jinja")).unwrap(),
+                "chat_template.jinja",
+            ),
+            (
+                "no attention heads",
+                &|d| {
+                    std::fs::write(
+                        d.join("config.json"),
+                        r#"{"architectures":["Qwen2ForCausalLM"],"num_hidden_layers":2,"num_attention_heads":0,"hidden_size":32}"#,
+                    )
+                    .unwrap()
+                },
+                "num_attention_heads is 0",
+            ),
+            (
+                "an end id that is no token id",
+                &|d| {
+                    std::fs::write(
+                        d.join("generation_config.json"),
+                        r#"{"eos_token_id":[3,-1]}"#,
+                    )
+                    .unwrap()
+                },
+                "eos_token_id -1 is not a token id",
+            ),
+            (
+                "an end id past 32 bits",
+                &|d| {
+                    std::fs::write(
+                        d.join("generation_config.json"),
+                        r#"{"eos_token_id":4294967297}"#,
+                    )
+                    .unwrap()
+                },
+                "eos_token_id 4294967297 is not in the vocabulary",
             ),
             (
                 "config not JSON",
