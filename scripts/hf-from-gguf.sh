@@ -22,28 +22,13 @@
 #   model-0000i-of-0000n.safetensors + model.safetensors.index.json
 #
 # The converter is scripts/hf/from_gguf.py; its dependencies (gguf-py, numpy,
-# pinned with hashes in scripts/hf/requirements.txt) go into target/hf-venv,
-# reinstalled when the requirements change.
+# pinned with hashes in scripts/hf/requirements.txt) go into target/hf-venv
+# (scripts/pinned-venv.sh), reinstalled when the requirements change.
 set -euo pipefail
 HERE=$PWD
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-VENV=target/hf-venv
-REQ=scripts/hf/requirements.txt
-if [ ! -f "$VENV/requirements.txt" ] || ! cmp -s "$REQ" "$VENV/requirements.txt"; then
-    rm -rf "$VENV"
-    if python3 -m venv "$VENV" 2>/dev/null && [ -x "$VENV/bin/python" ]; then
-        "$VENV/bin/python" -m pip install -q --require-hashes -r "$REQ" >&2
-    else
-        rm -rf "$VENV"
-        mkdir -p "$VENV/bin"
-        python3 -m pip install -q --require-hashes --target "$VENV/lib" -r "$REQ" >&2
-        printf '#!/bin/sh\nPYTHONPATH="%s/lib${PYTHONPATH:+:$PYTHONPATH}" exec python3 "$@"\n' \
-            "$PWD/$VENV" > "$VENV/bin/python"
-        chmod +x "$VENV/bin/python"
-    fi
-    cp "$REQ" "$VENV/requirements.txt"
-fi
+PY=$(scripts/pinned-venv.sh target/hf-venv scripts/hf/requirements.txt)
 # GGUF and OUTDIR are read relative to the caller's directory.
 cd "$HERE"
-exec "$ROOT/$VENV/bin/python" "$ROOT/scripts/hf/from_gguf.py" "$@"
+exec "$PY" "$ROOT/scripts/hf/from_gguf.py" "$@"

@@ -134,13 +134,7 @@ impl Vocab {
             .and_then(|v| v.to_u32().ok())
             .into_iter()
             .collect();
-        for alternate in ALTERNATE_EOS {
-            if let Some(&id) = ids.get(*alternate) {
-                if template.contains(alternate) && !eos.contains(&id) {
-                    eos.push(id);
-                }
-            }
-        }
+        add_alternate_eos(&mut eos, &ids, &template);
         Ok(Self {
             pieces,
             ids,
@@ -244,13 +238,7 @@ impl Vocab {
             .and_then(|t| ids.get(&t).copied())
             .into_iter()
             .collect();
-        for alternate in ALTERNATE_EOS {
-            if let Some(&id) = ids.get(*alternate) {
-                if template.contains(alternate) && !eos.contains(&id) {
-                    eos.push(id);
-                }
-            }
-        }
+        add_alternate_eos(&mut eos, &ids, &template);
         if let Some(generation) = checkpoint.generation_config() {
             let text = std::fs::read_to_string(&generation)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", generation.display()))?;
@@ -351,6 +339,19 @@ impl Vocab {
         let stop = free.next()?.clone();
         let mark = free.next()?.clone();
         Some((stop, mark))
+    }
+}
+
+/// Adds to `eos` each of [`ALTERNATE_EOS`] that is in the vocabulary (`ids`)
+/// and written in `template`, as mistral.rs 0.8.1 does for GGUF and
+/// checkpoint models alike (`calculate_eos_tokens`).
+fn add_alternate_eos(eos: &mut Vec<u32>, ids: &HashMap<String, u32>, template: &str) {
+    for alternate in ALTERNATE_EOS {
+        if let Some(&id) = ids.get(*alternate) {
+            if template.contains(alternate) && !eos.contains(&id) {
+                eos.push(id);
+            }
+        }
     }
 }
 

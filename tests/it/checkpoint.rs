@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 
 use crate::common::{default_data, get_json, post_json, root};
 use crate::e2e::{seeker_bin, shared_index, start_default_model, wait_healthy};
-use crate::qwen::golden_prompts;
+use crate::qwen::{golden_prompts, round2_prompt, top5_gap};
 use seeker::engine::checkpoint::{Checkpoint, Isq};
 use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
@@ -166,11 +166,7 @@ async fn the_converted_checkpoint_renders_tokenizes_and_predicts_as_its_gguf() {
 
     // 3. Next-token log-probabilities: the round-1 prompt and a round-2
     //    prompt (a search call and Search-R1's splice).
-    let round2 = format!(
-        "{prompt}<think>\nI need to find where the Mekong starts.\n</think>\n<search> Mekong River origin </search>{}",
-        std::fs::read_to_string(root().join("tests/fixtures/splices/search-r1.two-docs.txt"))
-            .unwrap()
-    );
+    let round2 = round2_prompt(&prompt);
     let mut worst: f64 = 0.0;
     for text in [&prompt, &round2] {
         let theirs = reference.next_token_logprobs(text, 10).await.unwrap();
@@ -179,14 +175,7 @@ async fn the_converted_checkpoint_renders_tokenizes_and_predicts_as_its_gguf() {
             ours[0].0, theirs[0].0,
             "greedy token:\n{ours:?}\n{theirs:?}"
         );
-        for (id, theirs_lp) in theirs.iter().take(5) {
-            let ours_lp = ours
-                .iter()
-                .find(|(i, _)| i == id)
-                .unwrap_or_else(|| panic!("the GGUF's token {id} not in our top 10: {ours:?}"))
-                .1;
-            worst = worst.max((ours_lp - theirs_lp).abs());
-        }
+        worst = worst.max(top5_gap(&ours, &theirs, "the GGUF's"));
     }
     eprintln!("largest top-5 next-token log-prob difference, checkpoint vs GGUF: {worst:.4}");
     assert!(

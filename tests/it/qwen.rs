@@ -69,6 +69,34 @@ fn user(content: &str) -> ChatTurn {
     ChatTurn::new(Role::User, content)
 }
 
+/// Search-R1's round-2 prompt after round-1 `prompt`: a search call and
+/// the golden two-document splice.
+pub(crate) fn round2_prompt(prompt: &str) -> String {
+    format!(
+        "{prompt}<think>\nI need to find where the Mekong starts.\n</think>\n<search> Mekong River origin </search>{}",
+        std::fs::read_to_string(root().join("tests/fixtures/splices/search-r1.two-docs.txt"))
+            .unwrap()
+    )
+}
+
+/// The largest |log-prob difference| between `ours` and `theirs` over the
+/// top 5 of `theirs` (`whose` names them); panics when one of those is not
+/// in `ours` (a top 10).
+pub(crate) fn top5_gap(ours: &[(u32, f64)], theirs: &[(u32, f64)], whose: &str) -> f64 {
+    theirs
+        .iter()
+        .take(5)
+        .map(|(id, theirs_lp)| {
+            let ours_lp = ours
+                .iter()
+                .find(|(i, _)| i == id)
+                .unwrap_or_else(|| panic!("{whose} token {id} not in our top 10: {ours:?}"))
+                .1;
+            (ours_lp - theirs_lp).abs()
+        })
+        .fold(0.0, f64::max)
+}
+
 /// Every shipped profile's first prompt for `question`, rendered by `engine`,
 /// and the same prompt followed by each of the profile's golden splices
 /// (`tests/fixtures/splices`): the texts the tokenizer must agree on.
@@ -220,11 +248,7 @@ async fn qwen_renders_tokenizes_and_predicts_as_llama_cpp_does() {
 
     // 3. Next-token log-probabilities on the same ids: the round-1 prompt,
     //    and a round-2 prompt (a search call and Search-R1's splice).
-    let round2 = format!(
-        "{prompt}<think>\nI need to find where the Mekong starts.\n</think>\n<search> Mekong River origin </search>{}",
-        std::fs::read_to_string(root().join("tests/fixtures/splices/search-r1.two-docs.txt"))
-            .unwrap()
-    );
+    let round2 = round2_prompt(&prompt);
     let mut worst: f64 = 0.0;
     for text in [&prompt, &round2] {
         let ids = engine.tokenize(text).await.unwrap();
@@ -240,14 +264,7 @@ async fn qwen_renders_tokenizes_and_predicts_as_llama_cpp_does() {
             (ours[0].1 - theirs[0].1).abs() <= TOP1_TOLERANCE,
             "{ours:?}\n{theirs:?}"
         );
-        for (id, theirs_lp) in theirs.iter().take(5) {
-            let ours_lp = ours
-                .iter()
-                .find(|(i, _)| i == id)
-                .unwrap_or_else(|| panic!("llama.cpp's token {id} not in our top 10: {ours:?}"))
-                .1;
-            worst = worst.max((ours_lp - theirs_lp).abs());
-        }
+        worst = worst.max(top5_gap(&ours, &theirs, "llama.cpp's"));
     }
     eprintln!("largest top-5 next-token log-prob difference vs llama.cpp: {worst:.4}");
     assert!(

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use mistralrs::core::{
-    AddModelConfig, EngineConfig, GGUFLoaderBuilder, GGUFSpecificConfig, NormalLoaderBuilder,
-    NormalSpecificConfig, Pipeline, TokenSource,
+    AddModelConfig, EngineConfig, GGUFLoaderBuilder, GGUFSpecificConfig, IsqType, Loader,
+    NormalLoaderBuilder, NormalSpecificConfig, Pipeline, TokenSource,
 };
 use mistralrs::model_builder_trait::build_model_from_pipeline;
 use mistralrs::{
@@ -192,33 +192,56 @@ async fn load_pipeline(config: &MistralConfig, gguf: &Path) -> Result<Loaded, En
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
         .ok_or_else(|| EngineError::Load(format!("{} is not a file", gguf.display())))?;
-    let dtype = config.dtype.to_mistral();
+    load_with(
+        move || {
+            Ok(GGUFLoaderBuilder::new(
+                None,
+                None,
+                dir.to_string_lossy().into_owned(),
+                vec![file],
+                GGUFSpecificConfig::default(),
+                false,
+                None,
+            )
+            .build())
+        },
+        config.dtype,
+        None,
+        &config.gguf,
+    )
+    .await
+}
+
+/// Builds a mistral.rs loader with `make` and loads its model from local
+/// files on the CPU (or the first CUDA device), quantized in memory with
+/// `isq` when given, on a blocking thread (file reads and quantization stay
+/// off the async runtime).
+///
+/// # Errors
+/// [`EngineError::Load`] with mistral.rs's error, prefixed with `name`.
+async fn load_with(
+    make: impl FnOnce() -> anyhow::Result<Box<dyn Loader>> + Send + 'static,
+    dtype: ActivationDtype,
+    isq: Option<IsqType>,
+    name: &Path,
+) -> Result<Loaded, EngineError> {
+    let dtype = dtype.to_mistral();
     let device = best_device()?;
     tokio::task::spawn_blocking(move || {
-        let loader = GGUFLoaderBuilder::new(
-            None,
-            None,
-            dir.to_string_lossy().into_owned(),
-            vec![file],
-            GGUFSpecificConfig::default(),
-            false,
-            None,
-        )
-        .build();
-        loader.load_model_from_hf(
+        make()?.load_model_from_hf(
             None,
             TokenSource::None,
             &dtype,
             &device,
             true,
             DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
-            None,
+            isq,
             None,
         )
     })
     .await
     .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?
-    .map_err(|e| EngineError::Load(format!("{}: {e:#}", config.gguf.display())))
+    .map_err(|e| EngineError::Load(format!("{}: {e:#}", name.display())))
 }
 
 /// Loads Hugging Face checkpoint `checkpoint` (checked by
@@ -235,34 +258,24 @@ async fn load_checkpoint(
     checkpoint: &Checkpoint,
 ) -> Result<Loaded, EngineError> {
     let dir = checkpoint.dir.to_string_lossy().into_owned();
-    let dtype = config.dtype.to_mistral();
-    let device = best_device()?;
-    let isq = config.isq.to_mistral();
     let started = std::time::Instant::now();
-    let loaded = tokio::task::spawn_blocking(move || {
-        let loader = NormalLoaderBuilder::new(
-            NormalSpecificConfig::default(),
-            None,
-            None,
-            Some(dir),
-            false,
-            None,
-        )
-        .build(None)?;
-        loader.load_model_from_hf(
-            None,
-            TokenSource::None,
-            &dtype,
-            &device,
-            true,
-            DeviceMapSetting::Auto(AutoDeviceMapParams::default_text()),
-            isq,
-            None,
-        )
-    })
-    .await
-    .map_err(|e| EngineError::Load(format!("loader thread failed: {e}")))?
-    .map_err(|e| EngineError::Load(format!("{}: {e:#}", checkpoint.dir.display())))?;
+    let loaded = load_with(
+        move || {
+            NormalLoaderBuilder::new(
+                NormalSpecificConfig::default(),
+                None,
+                None,
+                Some(dir),
+                false,
+                None,
+            )
+            .build(None)
+        },
+        config.dtype,
+        config.isq.to_mistral(),
+        &checkpoint.dir,
+    )
+    .await?;
     tracing::info!(
         target: LOG_TARGET,
         checkpoint = %checkpoint.dir.display(),
