@@ -264,6 +264,24 @@ fn bad_checkpoints_fail_at_startup_with_one_line() {
     let tmp = tempfile::tempdir().unwrap();
     let shard = Checkpoint::open(&good).unwrap().weight_files[1].clone();
     let shard_name = shard.file_name().unwrap().to_owned();
+    // A two-document index of its own: CI fetches the corpus without building
+    // data/wiki/index, and the search setup is checked before the model.
+    let index = tmp.path().join("index");
+    let corpus = tmp.path().join("corpus.jsonl");
+    std::fs::write(
+        &corpus,
+        "{\"id\": \"1\", \"title\": \"Taj Mahal\", \"text\": \"The Taj Mahal is in Agra.\"}\n\
+         {\"id\": \"2\", \"title\": \"Mona Lisa\", \"text\": \"Leonardo painted the Mona Lisa.\"}\n",
+    )
+    .unwrap();
+    let indexed = Command::new(seeker_bin())
+        .args(["index", "--corpus"])
+        .arg(&corpus)
+        .arg("--index")
+        .arg(&index)
+        .output()
+        .unwrap();
+    assert!(indexed.status.success(), "{indexed:?}");
     // (directory name, how the good copy is spoilt, what the error says)
     type Case<'a> = (&'a str, Box<dyn Fn(&Path) + 'a>, &'a str);
     let cases: [Case; 4] = [
@@ -311,6 +329,7 @@ fn bad_checkpoints_fail_at_startup_with_one_line() {
             .args(["serve", "--host", "127.0.0.1", "--port", "0", "--model"])
             .arg(&dir)
             .current_dir(root())
+            .env("SEEKER_SEARCH__INDEX", &index)
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -327,6 +346,7 @@ fn bad_checkpoints_fail_at_startup_with_one_line() {
     let out = Command::new(seeker_bin())
         .args(["serve", "--model", "no/such/model"])
         .current_dir(root())
+        .env("SEEKER_SEARCH__INDEX", &index)
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
