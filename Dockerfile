@@ -7,7 +7,7 @@ COPY . .
 # Portable AVX2 build: .cargo/config.toml sets -C target-cpu=x86-64-v3 (a RUSTFLAGS
 # variable, even an empty one, would replace it).
 # candle-core 0.11's kernels and seeker's CPU attention in mistralrs-core, patched in by
-# Cargo.toml (docs/engine.md): fetched by cargo first.
+# Cargo.toml (docs/kernels.md): fetched by cargo first.
 RUN scripts/patch-candle.sh && cargo build --release --locked && cp target/release/seeker /usr/local/bin/seeker
 
 FROM debian:bookworm-slim

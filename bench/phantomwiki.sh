@@ -27,7 +27,7 @@
 #      TOP_K (documents a search, `seeker eval --top-k`; default: each profile's own, 3).
 #
 # The answers are sets, scored as PhantomWiki scores them (split on commas), after reading an
-# answer written as a sentence from its last clause (`seeker eval`; README "PhantomWiki").
+# answer written as a sentence from its last clause (`seeker eval`; docs/evaluation.md "PhantomWiki").
 # Each policy keeps its own prompt: asking for "names only, separated by commas" before the
 # question (the paper's agents are asked so) made tool-search answer without searching
 # (0 of 6 questions searched), so no instruction is the default.

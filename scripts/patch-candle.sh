@@ -25,7 +25,7 @@
 #                                  for CPU attention: grouped-head matmuls for prompts and decode
 #                                  steps alike, where mistral.rs ran a scalar loop per row.
 #
-# bench/README.md ("candle 0.11's kernels") measures each; docs/engine.md says why and how to
+# bench/README.md ("candle 0.11's kernels") measures each; docs/kernels.md says why and how to
 # drop them. Nothing else changes, and no code of candle or mistral.rs is committed. Idempotent:
 # a copy whose marker names its crate's sha256 and this script's edits, and whose files are as
 # the script wrote them (a sha256 over them, .seeker-tree), is kept; any other is written

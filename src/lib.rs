@@ -109,8 +109,10 @@ pub mod toolcall;
 
 #[cfg(test)]
 mod layout {
-    //! The README's Layout section and this file's Layout name every source
-    //! file, so that a newcomer finds the file for each step from them.
+    //! `docs/layout.md` and this file's Layout name every source file, so
+    //! that a newcomer finds the file for each step from them; every link of
+    //! the README, `docs/` and `bench/README.md` resolves; the README stays a
+    //! front door.
 
     use std::path::{Path, PathBuf};
 
@@ -133,14 +135,11 @@ mod layout {
     }
 
     #[test]
-    fn readme_and_lib_docs_name_every_source_file() {
+    fn layout_doc_and_lib_docs_name_every_source_file() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md reads");
-        let start = readme
-            .find("\n## Layout")
-            .expect("README has a Layout section");
-        let section = &readme[start + 1..];
-        let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        let section =
+            std::fs::read_to_string(root.join("docs/layout.md")).expect("docs/layout.md reads");
+        let section = section.as_str();
         let docs: String = include_str!("lib.rs")
             .lines()
             .take_while(|l| l.starts_with("//!"))
@@ -162,7 +161,7 @@ mod layout {
                 continue;
             }
             // A top-level module (`src/x.rs`, `src/x/mod.rs`) is named as
-            // `src/x.rs` or `src/x/` anywhere in the README and as [`x`] in
+            // `src/x.rs` or `src/x/` anywhere in docs/layout.md and as [`x`] in
             // lib.rs (`main` as `main`); a file below it, within the bullet
             // of `src/x/` and of [`x`], as `name.rs` (`dir/` for a `mod.rs`)
             // and `name`.
@@ -198,7 +197,7 @@ mod layout {
                 )
             };
             if !readme_ok {
-                missing.push(format!("README Layout lacks {}", rel.display()));
+                missing.push(format!("docs/layout.md lacks {}", rel.display()));
             }
             if !docs_ok {
                 missing.push(format!("lib.rs Layout lacks {}", rel.display()));
@@ -228,5 +227,122 @@ mod layout {
             }
         }
         assert!(long.is_empty(), "{}", long.join("\n"));
+    }
+
+    /// GitHub's anchor for a heading's text: lower case, every character but
+    /// letters, digits, `_`, `-` and spaces dropped, spaces made `-`.
+    fn anchor(heading: &str) -> String {
+        heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    }
+
+    /// A Markdown file's heading anchors (a repeated one gets `-1`, `-2`, as
+    /// GitHub numbers them) and the destinations of its links and images,
+    /// as CommonMark reads them (none from code).
+    fn read_markdown(path: &Path) -> (std::collections::HashSet<String>, Vec<String>) {
+        use pulldown_cmark::{Event, Options, Parser, Tag, TagEnd};
+        let text =
+            std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let mut anchors = std::collections::HashSet::new();
+        let mut seen = std::collections::HashMap::<String, usize>::new();
+        let mut links = Vec::new();
+        let mut heading: Option<String> = None;
+        for event in Parser::new_ext(&text, Options::ENABLE_TABLES) {
+            match event {
+                Event::Start(Tag::Heading { .. }) => heading = Some(String::new()),
+                Event::End(TagEnd::Heading(_)) => {
+                    let base = anchor(&heading.take().unwrap_or_default());
+                    let n = seen.entry(base.clone()).or_insert(0);
+                    anchors.insert(match *n {
+                        0 => base,
+                        n => format!("{base}-{n}"),
+                    });
+                    *n += 1;
+                }
+                Event::Text(t) | Event::Code(t) => {
+                    if let Some(h) = heading.as_mut() {
+                        h.push_str(&t);
+                    }
+                }
+                Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => {
+                    links.push(dest_url.into_string())
+                }
+                _ => {}
+            }
+        }
+        (anchors, links)
+    }
+
+    /// Every relative link and image of the README, `docs/*.md` and
+    /// `bench/README.md` names a file that exists, and a `#fragment` into a
+    /// Markdown file names one of its headings (web addresses are not
+    /// fetched).
+    #[test]
+    fn every_link_in_the_readme_and_docs_resolves() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut pages = vec![root.join("README.md"), root.join("bench/README.md")];
+        for entry in std::fs::read_dir(root.join("docs")).expect("docs/ reads") {
+            let path = entry.expect("entry reads").path();
+            if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+        let mut broken = Vec::new();
+        let mut checked = 0;
+        for page in &pages {
+            let (_, links) = read_markdown(page);
+            for link in links {
+                if link.contains("://") || link.starts_with("mailto:") {
+                    continue;
+                }
+                checked += 1;
+                let (path, fragment) = link.split_once('#').unwrap_or((&link, ""));
+                let target = if path.is_empty() {
+                    page.clone()
+                } else {
+                    page.parent().expect("a page has a folder").join(path)
+                };
+                let name = page.strip_prefix(root).unwrap_or(page).display();
+                if !target.exists() {
+                    broken.push(format!("{name}: {link}: no such file"));
+                } else if !fragment.is_empty()
+                    && target.extension().is_some_and(|e| e == "md")
+                    && !read_markdown(&target).0.contains(fragment)
+                {
+                    broken.push(format!("{name}: {link}: no such heading"));
+                }
+            }
+        }
+        assert!(
+            checked > 50,
+            "only {checked} links found: is the parser reading them?"
+        );
+        assert!(broken.is_empty(), "{}", broken.join("\n"));
+    }
+
+    /// Issue 51's front door: the README says what seeker is, shows the two
+    /// commands and links the manual in `docs/`; it stays short enough to
+    /// read in two minutes.
+    #[test]
+    fn the_readme_stays_a_front_door() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md reads");
+        let lines = readme.lines().count();
+        assert!(
+            lines <= 250,
+            "README.md has {lines} lines; move detail to docs/"
+        );
+        for needed in [
+            "scripts/fetch-defaults.sh && cargo run --release -- serve",
+            "scripts/test.sh",
+            "docs/layout.md",
+        ] {
+            assert!(readme.contains(needed), "README.md lacks {needed}");
+        }
     }
 }

@@ -10,7 +10,7 @@
 //! 2. **Fenced**: a Markdown code block (```` ```json ````, ```` ``` ````)
 //!    holding a call object or an array of them. Measured on
 //!    Qwen2.5-Coder-1.5B-Instruct offered tools through its chat template:
-//!    12 of 12 first turns wrote their call this way (README, Evaluation).
+//!    12 of 12 first turns wrote their call this way (docs/evaluation.md).
 //!    A fenced block that is not a call object is ordinary text.
 //! 3. **Bare**: a call object (or an array of them) that ends the turn.
 //!

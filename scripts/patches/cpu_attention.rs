@@ -1,5 +1,5 @@
 //! seeker's CPU attention for mistral.rs 0.8.1 (scripts/patch-candle.sh copies this file into
-//! the patched mistralrs-core as `src/attention/seeker_cpu.rs`; docs/engine.md says why).
+//! the patched mistralrs-core as `src/attention/seeker_cpu.rs`; docs/kernels.md says why).
 //!
 //! mistral.rs 0.8.1 sends every CPU attention to its flash kernel, a scalar loop per query
 //! row, and its matmul path (`naive_sdpa`) first repeats K and V for every query head of a

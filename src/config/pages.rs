@@ -8,7 +8,7 @@ use super::ConfigError;
 
 /// `[pages]`: the page reader behind page actions (`<access>`, `visit`).
 /// Corpus documents always open; web pages only with `web = true`. What the
-/// checks protect against: README "Reading pages".
+/// checks protect against: docs/pages.md "Reading pages".
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PagesConfig {

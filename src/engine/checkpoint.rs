@@ -35,7 +35,7 @@ use serde::{Deserialize, Serialize};
 ///
 /// `auto` (the default) is `q4k`: the format of the default GGUF
 /// (Q4_K_M), whose CPU kernels seeker's patched candle speeds up on AVX2
-/// (`docs/engine.md`), at about a quarter of the F16 weights' memory.
+/// (`docs/kernels.md`), at about a quarter of the F16 weights' memory.
 /// Measured against the GGUF path in `bench/README.md` ("Serving a Hugging
 /// Face checkpoint"). The names are mistral.rs's (`parse_isq_value`); the
 /// ones listed are those with CPU kernels in candle.

@@ -4,7 +4,7 @@
 //! query is cleaned and split, the document block the policy was trained on,
 //! what to splice when there is nothing to search or nothing found, and the
 //! rollout limits. The formats reproduced are documented, with their sources,
-//! in each profile file and in the README's Policies section.
+//! in each profile file and in docs/policies.md.
 //!
 //! Loading is strict: an unknown or missing key, a key that does not apply to
 //! the prompt format, or a template that names an unknown field is an error

@@ -187,7 +187,7 @@ def test_two_round_rollout_shows_searches_documents_and_a_cited_answer(page):
     assert re.search(r"round 1: generation [\d.<]+ m?s · search [\d.<]+ m?s · 4 tokens", stats), stats
 
     # A screenshot of the finished rollout, the whole page: a test artifact
-    # (and the README's picture).
+    # (and the picture in docs/api.md).
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     height = page.execute_script("return document.documentElement.scrollHeight")
     page.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",

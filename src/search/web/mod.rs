@@ -61,7 +61,7 @@ pub struct Provider {
     pub key_env: Option<&'static str>,
     /// Whether its snippets carry HTML markup or entities to strip.
     pub strip_html: bool,
-    /// What becomes a document's text (for the README's table).
+    /// What becomes a document's text (for the table in docs/search.md).
     pub document_text: &'static str,
     /// The `[search.backends.NAME]` settings it reads besides `kind` and the
     /// limits (`url`, `api_key_env`, `market`, `cx`, `page_text`): setting
