@@ -51,7 +51,8 @@
 //!   `text` (above it: the policy's chat template, control tokens and token
 //!   count, shared by all engines); `chat_template` (the model's
 //!   template, rendered by seeker for every engine); the embedded mistral.rs
-//!   engine (`mistral`: `load`, `reuse_state`, `stream`, `probe`; with
+//!   engine (the `embedded` feature, on by default: `mistral`: `load`,
+//!   `reuse_state`, `stream`, `probe`; with
 //!   `prepare` for weight copies, `reuse` for prefix
 //!   reuse and its sentinel, `continued` for rounds continued by token ids,
 //!   `vocab` for the model's vocabulary, `checkpoint` for a Hugging Face

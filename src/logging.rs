@@ -3,14 +3,20 @@
 //! empties the prefix cache on purpose (`engine::mistral::reuse_state::flush`): mistral.rs
 //! logs every failed forward pass at ERROR, and that one is no fault.
 
+#[cfg(feature = "embedded")]
 use std::fmt::Debug;
 
+#[cfg(feature = "embedded")]
 use tracing::field::{Field, Visit};
+#[cfg(feature = "embedded")]
 use tracing::{Event, Metadata};
-use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
+use tracing_subscriber::layer::SubscriberExt;
+#[cfg(feature = "embedded")]
+use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
+#[cfg(feature = "embedded")]
 use crate::engine::mistral::FLUSH_ERROR_MARK;
 
 /// Default levels when `RUST_LOG` is unset. mistral.rs's GGUF loader warns
@@ -24,15 +30,18 @@ pub fn init() {
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_filter(levels)
-        .with_filter(NotTheFlushStep);
+        .with_filter(levels);
+    #[cfg(feature = "embedded")]
+    let layer = layer.with_filter(NotTheFlushStep);
     tracing_subscriber::registry().with(layer).init();
 }
 
 /// Drops mistral.rs's events that report the flush step's failure (they
 /// name [`FLUSH_ERROR_MARK`], the token id no vocabulary has).
+#[cfg(feature = "embedded")]
 pub struct NotTheFlushStep;
 
+#[cfg(feature = "embedded")]
 impl<S> Filter<S> for NotTheFlushStep {
     fn enabled(&self, _: &Metadata<'_>, _: &Context<'_, S>) -> bool {
         true
@@ -49,8 +58,10 @@ impl<S> Filter<S> for NotTheFlushStep {
 }
 
 /// Whether some field of an event mentions [`FLUSH_ERROR_MARK`].
+#[cfg(feature = "embedded")]
 struct Mentions(bool);
 
+#[cfg(feature = "embedded")]
 impl Visit for Mentions {
     fn record_debug(&mut self, _: &Field, value: &dyn Debug) {
         if format!("{value:?}").contains(FLUSH_ERROR_MARK) {
@@ -65,7 +76,7 @@ impl Visit for Mentions {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "embedded"))]
 mod tests {
     use crate::engine::mistral::{FLUSH_ERROR_MARK, FLUSH_TOKEN};
 

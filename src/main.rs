@@ -284,7 +284,7 @@ fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: PrepareFormat) -> anyh
 
 fn main() -> ExitCode {
     // Before any thread starts (the engine's CPU thread pool settings).
-    seeker::engine::mistral::set_cpu_defaults();
+    seeker::engine::set_cpu_defaults();
     seeker::logging::init();
     let cli = Cli::parse();
     let result = match cli.command {

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use crate::config::{Config, EngineKind};
 use crate::engine::chat_template::ChatTemplate;
 use crate::engine::checkpoint::Checkpoint;
+#[cfg(feature = "embedded")]
 use crate::engine::mistral::{MistralConfig, MistralEngine};
 use crate::engine::remote::{RemoteConfig, RemoteEngine};
 use crate::engine::text::PolicyText;
@@ -91,6 +92,13 @@ pub fn app_state(
 /// # Errors
 /// Missing index or profile, bind failure, model load failure.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    #[cfg(not(feature = "embedded"))]
+    anyhow::ensure!(
+        config.model.engine == EngineKind::Remote,
+        "model.engine = \"embedded\", but this seeker was built without the embedded engine \
+         (cargo build --no-default-features): set model.engine = \"remote\" and \
+         model.remote_urls (SEEKER_MODEL__ENGINE=remote), or build with the default features"
+    );
     let state = Arc::new(app_state(&config, crate::config::env_value)?);
     let remote = config.model.engine == EngineKind::Remote;
     // The chat template and control tokens are read before the server
@@ -109,7 +117,6 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let mut signals = Signals::new()?;
     println!("seeker listening on http://{addr}");
 
-    let mistral = mistral_config(&config);
     // Three independent pieces, none polled inside another (seeker issue 12):
     // the HTTP server and the model load are tasks of their own on the
     // runtime's workers, and this function only watches them and the signals.
@@ -127,8 +134,8 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         },
         grace,
     ));
-    let (gguf, weights) = (mistral.gguf.clone(), mistral.weights);
-    let from_checkpoint = mistral.checkpoint.is_some();
+    let (gguf, weights) = (config.model.gguf.clone(), config.model.weights);
+    let from_checkpoint = !config.model.checkpoint.as_os_str().is_empty();
     let mut load = if remote {
         tokio::spawn(connect_remote(
             remote_config(&config),
@@ -136,11 +143,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
             Arc::clone(&state),
         ))
     } else {
-        tokio::spawn(load_engine(
-            mistral,
-            (template, special_tokens),
-            Arc::clone(&state),
-        ))
+        spawn_embedded(&config, (template, special_tokens), Arc::clone(&state))
     };
 
     // Until the model is loaded (or fails to): a signal stops the server at
@@ -257,6 +260,31 @@ async fn bind(config: &Config) -> anyhow::Result<tokio::net::TcpListener> {
         })
 }
 
+/// Loads the embedded engine in a task of its own ([`load_engine`]).
+#[cfg(feature = "embedded")]
+fn spawn_embedded(
+    config: &Config,
+    parts: TextParts,
+    state: Arc<AppState>,
+) -> tokio::task::JoinHandle<Result<(), EngineError>> {
+    tokio::spawn(load_engine(mistral_config(config), parts, state))
+}
+
+/// A build without the embedded engine: [`serve`] refuses its config before
+/// this is reached; should it be, the load fails with the same reason.
+#[cfg(not(feature = "embedded"))]
+fn spawn_embedded(
+    _: &Config,
+    _: TextParts,
+    _: Arc<AppState>,
+) -> tokio::task::JoinHandle<Result<(), EngineError>> {
+    tokio::spawn(async {
+        Err(EngineError::Load(
+            "this seeker was built without the embedded engine".into(),
+        ))
+    })
+}
+
 /// The embedded engine's settings from `[model]`. Prefix reuse is off when
 /// `max_num_seqs` > 1, with a warning: with sequences batched and reuse on,
 /// questions sharing a long prefix got one another's answers (4 clients at
@@ -265,6 +293,7 @@ async fn bind(config: &Config) -> anyhow::Result<tokio::net::TcpListener> {
 /// sequence at a time; the cause inside mistral.rs's batching of reused caches
 /// is not yet found), so correctness goes before the speed of reuse until that
 /// path is fixed.
+#[cfg(feature = "embedded")]
 fn mistral_config(config: &Config) -> MistralConfig {
     let prefix_cache = config.model.prefix_cache && config.model.max_num_seqs == 1;
     if config.model.prefix_cache && !prefix_cache {
@@ -391,6 +420,7 @@ async fn connect_remote(
 
 /// Loads the embedded model and hands it, with the policy's text side made
 /// of `parts` and the model's tokenizer, to `state` (`/health` turns 200).
+#[cfg(feature = "embedded")]
 async fn load_engine(
     mistral: MistralConfig,
     (template, special_tokens): TextParts,
@@ -484,6 +514,17 @@ mod tests {
 
     /// Batched sequences get no prefix reuse (it gave them one another's answers);
     /// one sequence at a time keeps it, and `prefix_cache = false` stays off.
+    /// A build without the embedded engine refuses a config that asks for it,
+    /// before it opens anything, and says what to set instead.
+    #[cfg(not(feature = "embedded"))]
+    #[tokio::test]
+    async fn without_the_embedded_engine_an_embedded_config_is_refused() {
+        let e = serve(Config::default()).await.unwrap_err().to_string();
+        assert!(e.contains("built without the embedded engine"), "{e}");
+        assert!(e.contains("model.engine = \"remote\""), "{e}");
+    }
+
+    #[cfg(feature = "embedded")]
     #[test]
     fn prefix_reuse_only_runs_one_sequence_at_a_time() {
         let mut config = Config::default();

@@ -21,7 +21,9 @@ mod policy;
 mod search;
 mod server;
 
-pub use model::{EngineKind, ModelConfig, DEFAULT_GGUF, DEFAULT_MODEL_ID, SMALL_GGUF};
+pub use model::{
+    ActivationDtype, EngineKind, ModelConfig, DEFAULT_GGUF, DEFAULT_MODEL_ID, SMALL_GGUF,
+};
 pub use pages::PagesConfig;
 pub use policy::{GenerationConfig, PolicyConfig};
 pub use search::{

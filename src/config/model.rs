@@ -11,8 +11,20 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
 use crate::engine::checkpoint::Isq;
-use crate::engine::mistral::ActivationDtype;
 use crate::engine::prepare::WeightFormat;
+
+/// Activation dtype for the embedded model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActivationDtype {
+    /// Fastest on CPU here: 72 prefill / 38 decode tok/s vs 54 / 27 for F16
+    /// (SmolLM2-135M Q4_1, AVX2 build; `bench/README.md`).
+    F32,
+    F16,
+    Bf16,
+    /// Let mistral.rs choose (F16 on CPU).
+    Auto,
+}
 
 /// Which engine runs the policy.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]

@@ -5,7 +5,8 @@
 //! pieces. The search loop re-sends the whole transcript each round, as the
 //! reference implementations do (Search-R1 `infer.py` re-encodes the string).
 //!
-//! Implementations: [`mistral::MistralEngine`] (mistral.rs, embedded),
+//! Implementations: `mistral::MistralEngine` (mistral.rs, embedded; with
+//! the `embedded` feature, on by default),
 //! [`remote::RemoteEngine`] (inference servers) and `scripted::ScriptedEngine`
 //! (replays given text; with the `testing` feature only, which the tests,
 //! examples and benches turn on);
@@ -16,11 +17,14 @@
 
 pub mod chat_template;
 pub mod checkpoint;
+#[cfg(feature = "embedded")]
 pub mod continued;
 pub mod gate;
+#[cfg(feature = "embedded")]
 pub mod mistral;
 pub mod prepare;
 pub mod remote;
+#[cfg(feature = "embedded")]
 pub mod reuse;
 #[cfg(any(test, feature = "testing"))]
 pub mod scripted;
@@ -29,6 +33,27 @@ pub mod vocab;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
+
+/// The environment variable candle-core 0.11 reads for how long its worker
+/// threads spin before they sleep (`utils.rs`, `barrier_pool_spin_limit`).
+pub const SPIN_LIMIT_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
+
+/// The spin limit seeker runs candle with unless [`SPIN_LIMIT_VAR`] is set:
+/// candle's default (25,000 spins) kept its idle worker spinning while
+/// mistral.rs's own threads waited for the core. Decode tok/s of the default
+/// model on 2 cores, quiet machine, two runs each (`bench/README.md`,
+/// "candle 0.11's kernels"): 25,000 → 9.8–10.8; 0 → 10.9–11.3; 200 →
+/// 10.9–11.5; 2,000 → 11.8–12.3; 10,000 → 11.1–11.9. Prefill unchanged.
+pub const SPIN_LIMIT: &str = "2000";
+
+/// Sets [`SPIN_LIMIT_VAR`] to [`SPIN_LIMIT`] when the environment does not
+/// set it. Call it first thing in `main`, while no other thread exists:
+/// candle reads the variable when its pool starts.
+pub fn set_cpu_defaults() {
+    if std::env::var_os(SPIN_LIMIT_VAR).is_none() {
+        std::env::set_var(SPIN_LIMIT_VAR, SPIN_LIMIT);
+    }
+}
 
 /// A chat role, as in OpenAI's API.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -836,6 +836,10 @@ async fn start_searx() -> Searx {
 }
 
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_real_searx_instance_answers_through_the_searxng_backend() {
     let searx = start_searx().await;
     let mut d = Dispatcher::new(config(5000, 10000));

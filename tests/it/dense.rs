@@ -23,6 +23,10 @@ fn minilm() -> Embedder {
 /// at once; a batch padded to its longest text must give the same vectors as
 /// each text alone.
 #[test]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 fn minilm_reproduces_the_sentence_transformers_quickstart() {
     let e = minilm();
     let spec = e.spec();
@@ -62,6 +66,10 @@ fn minilm_reproduces_the_sentence_transformers_quickstart() {
 /// real binary serving `dense` and `hybrid`: every retriever route, and a
 /// rollout on the small model whose search runs on `hybrid`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn index_dense_then_serve_dense_and_hybrid_through_the_real_binary() {
     use std::process::Command;
 

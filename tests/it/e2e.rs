@@ -165,6 +165,10 @@ fn question(stream: bool) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn real_model_searches_real_wikipedia_and_answers_streamed_and_not() {
     let tmp = tempfile::tempdir().unwrap();
     let index = tmp.path().join("index");

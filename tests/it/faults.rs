@@ -32,6 +32,10 @@ fn ask(question: &str, max_tokens: u32) -> Value {
 /// answered the abandoned request's tokenize call; every request in flight
 /// then failed with 500 `engine_error`, and every later one too.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn an_abandoned_request_does_not_stop_the_engine_for_the_others() {
     let (_tmp, _server, client, url) = ready_server().await;
 
@@ -84,6 +88,10 @@ async fn an_abandoned_request_does_not_stop_the_engine_for_the_others() {
 /// "engine closed the stream without finishing"): the characters that are
 /// complete are kept, the incomplete one is dropped, never replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_budget_ending_inside_a_character_finishes_with_length() {
     let (_tmp, _server, client, url) = ready_server().await;
 
@@ -132,6 +140,10 @@ async fn a_budget_ending_inside_a_character_finishes_with_length() {
 /// in a message reach the model defused, never as control tokens: here an
 /// assistant message to continue that tries to end its turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn control_tokens_in_messages_reach_the_model_defused() {
     let (_tmp, _server, client, url) = ready_server().await;
     let body = json!({"max_tokens": 4, "continue_final_message": true, "return_transcript": true,
@@ -153,6 +165,10 @@ async fn control_tokens_in_messages_reach_the_model_defused() {
 /// round of the engine; its usage still counts the prompt, with the real
 /// tokenizer (before: every count 0).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn usage_counts_the_prompt_when_the_continued_message_holds_the_answer() {
     let (_tmp, _server, client, url) = ready_server().await;
     let body = json!({"max_tokens": 8, "continue_final_message": true, "policy": "search-r1",
@@ -178,6 +194,10 @@ async fn usage_counts_the_prompt_when_the_continued_message_holds_the_answer() {
 /// rebinding `Host` on every route (before a key, a body or the route is
 /// looked at), and answers its own names.
 #[tokio::test]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn the_real_server_refuses_a_rebinding_host_on_every_route() {
     let server = start_server_with(crate::e2e::shared_index(), &[]);
     let client = reqwest::Client::new();

@@ -188,6 +188,10 @@ fn sigkill_at_random_instants_of_an_index_rebuild_never_loses_the_index() {
 /// encoder loaded once here), and every tenth kill a whole `seeker eval
 /// --retrieval-only --backend dense` serves it.
 #[test]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 fn sigkill_at_random_instants_of_a_dense_rebuild_never_loses_the_dense_index() {
     const KILLS: usize = 100;
     let model = root().join(seeker::config::DEFAULT_ENCODER);

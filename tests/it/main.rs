@@ -51,8 +51,15 @@
 //! - `common`: shared helpers.
 //!
 //! `SEEKER_TEST_BIN=PATH` runs the real-binary tests against another build.
+//!
+//! Built without the `embedded` feature (`scripts/test.sh --quick`), `qwen`,
+//! `checkpoint` and `reuse`, which load the embedded engine in the test
+//! process, are not compiled, and every test that needs the embedded engine
+//! in the binary, the fetched data or an external server is ignored, with
+//! "needs data, the model or a server" as its reason.
 
 mod backends;
+#[cfg(feature = "embedded")]
 mod checkpoint;
 mod client_tools;
 mod common;
@@ -68,9 +75,11 @@ mod phantomwiki;
 mod prepare;
 mod prometheus;
 mod protocols;
+#[cfg(feature = "embedded")]
 mod qwen;
 mod remote;
 mod responses;
+#[cfg(feature = "embedded")]
 mod reuse;
 mod rollout;
 mod splice;

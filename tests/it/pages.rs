@@ -749,6 +749,10 @@ async fn tongyi_visit_reads_every_page_of_a_call_at_once_and_answers_refusals_wi
 /// gets the policy's failure text, is never fetched, and the server stays
 /// healthy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_loopback() {
     let pages = page_server().await;
     let tmp = tempfile::tempdir().unwrap();
@@ -897,6 +901,10 @@ async fn asearcher_on_the_default_model_searches_opens_a_local_page_and_refuses_
 /// while, every page is read (as flat text), and when the requests are done
 /// no extraction is still running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn hostile_pages_neither_crash_nor_starve_the_real_server() {
     let pages = page_server().await;
     let tmp = tempfile::tempdir().unwrap();

@@ -53,6 +53,10 @@ fn eval(base: &str, out: &Path, extra: &[&str]) -> (String, Value, Vec<Value>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_generated_universe_is_indexed_served_and_scored_by_set_f1() {
     let tmp = tempfile::tempdir().unwrap();
     let index = tmp.path().join("index");

@@ -18,6 +18,10 @@ fn read(path: &std::path::Path) -> (gguf_file::Content, BufReader<File>) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 fn prepared_weights_keep_the_model() {
     let src = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let dir = tempfile::tempdir().unwrap();
@@ -110,6 +114,10 @@ fn unfinished_copies_of_dead_processes_are_swept() {
 /// The default GGUF's control tokens are read from its tokenizer metadata:
 /// the ChatML markers the template writes, and not ordinary text.
 #[test]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 fn the_default_models_control_tokens_are_found() {
     let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let special = seeker::engine::prepare::special_tokens(&gguf).unwrap();

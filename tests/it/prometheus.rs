@@ -161,6 +161,10 @@ fn dashboard_expressions() -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn every_dashboard_expression_and_rule_evaluates_on_a_real_prometheus() {
     let rules_dir = root().join("ops/prometheus");
     promtool(&["check", "rules", "seeker-rules.yml"], &rules_dir);

@@ -156,6 +156,7 @@ fn read_stream(body: &str) -> (String, String, Value, Vec<Value>) {
 /// Both engines render the same chat template the same way: seeker's own
 /// rendering (which the remote engine sends) equals the embedded engine's
 /// and llama-server's (`/apply-template`), byte for byte.
+#[cfg(feature = "embedded")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() {
     use seeker::engine::chat_template::ChatTemplate;
@@ -223,6 +224,10 @@ async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() 
 /// from the server's prefix cache, usage and metrics report it, and the
 /// streamed response says what the non-streamed one says.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_rollout_on_llama_server_splices_reuses_its_prefix_and_streams_the_same() {
     let llama = Llama::with_slots(1);
     let (server, client, url) = seeker_on(&[&llama.url], &[]).await;
@@ -319,6 +324,10 @@ async fn a_rollout_on_llama_server_splices_reuses_its_prefix_and_streams_the_sam
 /// Killing the replica that serves a stream completes the request on the
 /// other one: the client sees one stream, no error, a finish reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_replica_killed_mid_stream_hands_the_round_to_the_other() {
     let (mut first, mut second) = (Llama::start(), Llama::start());
     let (server, client, url) = seeker_on(&[&first.url, &second.url], &[]).await;
@@ -366,6 +375,10 @@ async fn a_replica_killed_mid_stream_hands_the_round_to_the_other() {
 /// before the other starts, equally loaded replicas take turns), and a
 /// replica that does not answer at start is marked down from the start.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn rollouts_arriving_together_spread_over_the_replicas() {
     let (first, second) = (Llama::start(), Llama::start());
     // Port 9 (discard) refuses connections here.
@@ -404,6 +417,10 @@ async fn rollouts_arriving_together_spread_over_the_replicas() {
 /// A client that leaves mid-stream closes the connection to the server,
 /// which stops generating.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_client_leaving_stops_the_remote_generation() {
     let llama = Llama::start();
     let (_server, client, url) = seeker_on(&[&llama.url], &[]).await;
@@ -488,6 +505,10 @@ async fn faulty(fault: Fault) -> String {
 /// documented `engine_error` promptly (not a hang, not a crash), with no
 /// internal detail; with a healthy replica beside it, the request is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn failing_servers_give_an_engine_error_or_fail_over() {
     let ask = json!({"max_tokens": 8, "policy": "search-r1",
         "messages": [{"role": "user", "content": "Who painted the Mona Lisa?"}]});
@@ -573,6 +594,10 @@ fn a_remote_engine_without_urls_does_not_start() {
 /// is loading. A replica that answers but lists no model (none loaded yet)
 /// is waited for too, not a reason to exit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_remote_engine_nobody_answers_says_what_it_waits_for() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -655,6 +680,10 @@ fn pause(llama: &Llama, name: &str) {
 /// it runs again (SIGCONT), the background probe finds it ready without a
 /// request, `/health` says 200 and the next request is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_stopped_replica_is_up_again_only_once_it_can_serve() {
     let llama = Llama::with_slots(1);
     let (server, client, url) = seeker_on(
@@ -765,6 +794,10 @@ async fn proxy(
 /// token ids: that round goes again as text, every later round is text, and
 /// the request is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_server_that_refuses_token_prompts_gets_text() {
     use std::sync::atomic::Ordering;
     let llama = Llama::with_slots(1);
@@ -798,6 +831,10 @@ fn requests_to(metrics: &str, replica: &str) -> u64 {
 /// rollout whose first round ran on it moves to the fast replica for its
 /// second round, and the rollouts after it go to the fast one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_slow_replica_is_left_for_the_fast_one() {
     let (behind, fast) = (Llama::with_slots(1), Llama::with_slots(1));
     let slow = slow_proxy(behind.url.clone(), Duration::from_secs(12)).await;

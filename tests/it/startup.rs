@@ -121,6 +121,10 @@ async fn poll_until_loaded(client: &reqwest::Client, base: &str, what: &str) -> 
 /// through the whole model load, as orchestrators' health checks do; every
 /// request, during the load and after it, must be answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn requests_arriving_while_the_model_loads_are_always_answered() {
     let tmp = tempfile::tempdir().unwrap();
     let index = tmp.path().join("index");
@@ -159,6 +163,10 @@ async fn requests_arriving_while_the_model_loads_are_always_answered() {
 /// and (with a second signal) while a long stream is open. An interrupted
 /// preparation leaves no unfinished weight copy behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn serve_stops_promptly_on_a_signal_at_every_stage() {
     let tmp = tempfile::tempdir().unwrap();
     let index = tmp.path().join("index");
@@ -308,6 +316,10 @@ async fn serve_stops_promptly_on_a_signal_at_every_stage() {
 /// A model file that is not a GGUF model fails `seeker serve` before it
 /// listens, with the reason, instead of after it told the world it serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_file_that_is_no_model_fails_before_listening() {
     let tmp = tempfile::tempdir().unwrap();
     let garbage = tmp.path().join("garbage.gguf");
@@ -331,6 +343,10 @@ async fn a_file_that_is_no_model_fails_before_listening() {
 /// `seeker index` and `seeker eval` stop on SIGINT/SIGTERM while they work
 /// (the default action: they hold nothing that needs saving).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn index_and_eval_stop_on_a_signal() {
     let tmp = tempfile::tempdir().unwrap();
     // The default corpus five times over (about 3 s of indexing here; once
@@ -408,6 +424,10 @@ async fn index_and_eval_stop_on_a_signal() {
 /// exits with status 0 within its grace period (1 s here) and a bounded
 /// remainder. Real binary, small model, eight sequences at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn sigterm_mid_answer_ends_every_stream_cleanly() {
     use futures::StreamExt;
     const STREAMS: usize = 8;
@@ -549,6 +569,10 @@ fn rss_kib(pid: u32) -> u64 {
 /// during the flood and after it; the server's memory grows by less than
 /// 64 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn http2_rapid_reset_leaves_the_server_responsive_and_its_memory_bounded() {
     const CONNECTIONS: usize = 20;
     /// Streams a connection may open before the test calls the flood unstopped.
@@ -625,6 +649,10 @@ async fn http2_rapid_reset_leaves_the_server_responsive_and_its_memory_bounded()
 /// waits on a flush or on a request that cannot fit (issue 28). Real binary,
 /// small model, one engine slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_cache_budget_smaller_than_one_sequence_stalls_no_queued_request() {
     const CLIENTS: usize = 6;
     /// A liveness bound on a loaded machine: with both cores shared with a

@@ -202,6 +202,10 @@ async fn scripted(flavour: Flavour) -> (String, Arc<Mutex<Vec<Value>>>) {
 /// the second round's token prompt reads back as the transcript (every id
 /// the model generated, paired with its text).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_stop_string_the_server_drops_keeps_or_names_is_read_back() {
     for flavour in [Flavour::Llama, Flavour::Vllm, Flavour::Sglang] {
         let (url, asked) = scripted(flavour).await;
@@ -269,6 +273,10 @@ async fn a_stop_string_the_server_drops_keeps_or_names_is_read_back() {
 /// and from then on no stop strings are sent and seeker cuts at the tags
 /// itself, so the next request searches and answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_server_that_cannot_read_back_its_ids_gets_no_stop_strings_after_one_round() {
     let (url, asked) = scripted(Flavour::LlamaUnreadable).await;
     let (_server, client, chat) = seeker_on(&[&url], &[]).await;
@@ -294,6 +302,10 @@ async fn a_server_that_cannot_read_back_its_ids_gets_no_stop_strings_after_one_r
 /// token every 5 ms) is cut once the round has its tokens: the request ends
 /// with `length` instead of waiting for the request deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_server_that_writes_past_max_tokens_is_cut() {
     let endless = || async {
         let tokens = futures::stream::unfold((), |()| async {

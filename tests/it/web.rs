@@ -331,6 +331,10 @@ fn kind(r: &QueryResult) -> &'static str {
 /// error kinds; a spent quota is not retried, a 429 is; a wrong key is
 /// `auth` and its message never holds the key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn every_provider_reads_its_shape_and_its_errors() {
     let (stub, base) = start_stub().await;
     let mut backends = BTreeMap::new();
@@ -457,6 +461,10 @@ async fn every_provider_reads_its_shape_and_its_errors() {
 
 /// `page_text = true` asks Tavily and Exa for the page and reads it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn page_text_reads_the_page_where_the_provider_returns_it() {
     let (_stub, base) = start_stub().await;
     let mut backends = BTreeMap::new();
@@ -484,6 +492,10 @@ async fn page_text_reads_the_page_where_the_provider_returns_it() {
 /// A missing key names its variable; a Google backend without `cx` says
 /// what `cx` is.
 #[test]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 fn a_missing_key_or_cx_is_named_at_start() {
     for (provider, var) in [
         ("brave", "BRAVE_SEARCH_API_KEY"),
@@ -771,6 +783,10 @@ pub(crate) fn ask_for(policy: &str, backend: &str, query: &str) -> Value {
 /// model's next round and the client; `/v1/models` lists each backend with
 /// its kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn each_provider_serves_text_tag_and_tool_call_rollouts_through_the_binary() {
     let OverStubs {
         stub: _,
@@ -856,6 +872,10 @@ async fn each_provider_serves_text_tag_and_tool_call_rollouts_through_the_binary
 /// failure shows in the round's event and in `/metrics`; a list whose every
 /// member fails gives the policy's failure text, not a failed request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn fallback_and_merge_survive_providers_that_always_fail() {
     let OverStubs {
         stub,
@@ -961,6 +981,10 @@ async fn fallback_and_merge_survive_providers_that_always_fail() {
 /// an answer, a streamed event, `/v1/models` or `/metrics`, while every
 /// provider is asked, a wrong key is refused and providers fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn no_key_appears_in_logs_answers_events_or_metrics() {
     let OverStubs {
         stub: _,
@@ -1025,6 +1049,10 @@ async fn no_key_appears_in_logs_answers_events_or_metrics() {
 /// server it points to (reqwest keeps custom headers across hosts), and the
 /// query fails as `http_status`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 async fn a_redirect_is_not_followed_with_the_key() {
     let reached = Arc::new(AtomicUsize::new(0));
     let seen = Arc::clone(&reached);
@@ -1074,6 +1102,10 @@ async fn a_redirect_is_not_followed_with_the_key() {
 /// another program's is skipped; a `SEEKER_` one is an error naming it,
 /// never printing its bytes.
 #[test]
+#[cfg_attr(
+    not(feature = "embedded"),
+    ignore = "needs data, the model or a server"
+)]
 fn a_variable_that_is_not_utf8_is_named_or_skipped() {
     use std::os::unix::ffi::OsStringExt;
     let bad = std::ffi::OsString::from_vec(b"zz\xff\xfe-5ecret".to_vec());

@@ -71,39 +71,8 @@ use stream::{completion_request, submit, Forward};
 /// filters and readers saw before the module was split).
 const LOG_TARGET: &str = module_path!();
 
-/// The environment variable candle-core 0.11 reads for how long its worker
-/// threads spin before they sleep (`utils.rs`, `barrier_pool_spin_limit`).
-pub const SPIN_LIMIT_VAR: &str = "CANDLE_BARRIER_POOL_SPIN_LIMIT";
-
-/// The spin limit seeker runs candle with unless [`SPIN_LIMIT_VAR`] is set:
-/// candle's default (25,000 spins) kept its idle worker spinning while
-/// mistral.rs's own threads waited for the core. Decode tok/s of the default
-/// model on 2 cores, quiet machine, two runs each (`bench/README.md`,
-/// "candle 0.11's kernels"): 25,000 → 9.8–10.8; 0 → 10.9–11.3; 200 →
-/// 10.9–11.5; 2,000 → 11.8–12.3; 10,000 → 11.1–11.9. Prefill unchanged.
-pub const SPIN_LIMIT: &str = "2000";
-
-/// Sets [`SPIN_LIMIT_VAR`] to [`SPIN_LIMIT`] when the environment does not
-/// set it. Call it first thing in `main`, while no other thread exists:
-/// candle reads the variable when its pool starts.
-pub fn set_cpu_defaults() {
-    if std::env::var_os(SPIN_LIMIT_VAR).is_none() {
-        std::env::set_var(SPIN_LIMIT_VAR, SPIN_LIMIT);
-    }
-}
-
-/// Activation dtype for the embedded model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ActivationDtype {
-    /// Fastest on CPU here: 72 prefill / 38 decode tok/s vs 54 / 27 for F16
-    /// (SmolLM2-135M Q4_1, AVX2 build; `bench/README.md`).
-    F32,
-    F16,
-    Bf16,
-    /// Let mistral.rs choose (F16 on CPU).
-    Auto,
-}
+pub use super::{set_cpu_defaults, SPIN_LIMIT, SPIN_LIMIT_VAR};
+pub use crate::config::ActivationDtype;
 
 /// How to load the embedded model.
 #[derive(Clone, Debug)]
