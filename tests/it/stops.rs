@@ -344,3 +344,98 @@ async fn a_server_that_writes_past_max_tokens_is_cut() {
         "{answer}"
     );
 }
+
+/// The binary as a user without the model's files starts it for a remote
+/// server (and the only way a build without the `embedded` feature serves):
+/// `model.engine = "remote"`, the chat template from a `tokenizer_config.json`,
+/// a two-document index of its own. The rollout searches and answers; a
+/// build without the embedded engine also refuses the default (embedded)
+/// config with one line saying what to set. Needs no fetched data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_config_serves_with_no_model_files_here() {
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus.jsonl");
+    std::fs::write(
+        &corpus,
+        "{\"id\": \"1\", \"title\": \"France\", \"text\": \"Paris is the capital of France.\"}\n\
+         {\"id\": \"2\", \"title\": \"Spain\", \"text\": \"Madrid is the capital of Spain.\"}\n",
+    )
+    .unwrap();
+    let index = tmp.path().join("index");
+    let indexed = std::process::Command::new(crate::e2e::seeker_bin())
+        .args(["index", "--corpus"])
+        .arg(&corpus)
+        .arg("--index")
+        .arg(&index)
+        .output()
+        .unwrap();
+    assert!(indexed.status.success(), "{indexed:?}");
+    // ChatML, as Qwen2.5's tokenizer_config.json writes it (shortened).
+    let tokenizer_config = tmp.path().join("tokenizer_config.json");
+    std::fs::write(
+        &tokenizer_config,
+        json!({
+            "chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+            "eos_token": "<|im_end|>",
+            "added_tokens_decoder": {
+                "151644": {"content": "<|im_start|>", "special": true},
+                "151645": {"content": "<|im_end|>", "special": true}
+            }
+        })
+        .to_string(),
+    )
+    .unwrap();
+
+    #[cfg(not(feature = "embedded"))]
+    {
+        let refused = std::process::Command::new(crate::e2e::seeker_bin())
+            .args(["serve", "--port", "0"])
+            .env("SEEKER_SEARCH__INDEX", &index)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("built without the embedded engine")
+                && stderr.contains("model.engine = \"remote\""),
+            "{stderr}"
+        );
+    }
+
+    let (url, asked) = scripted(Flavour::Llama).await;
+    let server = crate::e2e::start_default_model(
+        &index,
+        &[
+            ("SEEKER_MODEL__ENGINE", "remote"),
+            ("SEEKER_MODEL__REMOTE_URLS", url.as_str()),
+            (
+                "SEEKER_MODEL__TOKENIZER_CONFIG",
+                tokenizer_config.to_str().unwrap(),
+            ),
+            // No model file exists at this path: nothing reads it.
+            ("SEEKER_MODEL__GGUF", "models/none.gguf"),
+        ],
+        &[],
+    );
+    let client = reqwest::Client::new();
+    crate::e2e::wait_healthy(&client, &server.base).await;
+    let ask = json!({"max_tokens": 64, "policy": "search-r1", "return_transcript": true,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}]});
+    let chat = format!("{}/v1/chat/completions", server.base);
+    let answer: Value = post_json(&client, &chat, &ask).await;
+    assert_eq!(answer["seeker"]["searches"], 1, "{answer}");
+    assert_eq!(
+        answer["choices"][0]["message"]["content"], "Paris",
+        "{answer}"
+    );
+    let transcript = answer["seeker"]["transcript"].as_str().unwrap_or_default();
+    assert!(
+        transcript
+            .contains("<information>Doc 1(Title: \"France\") Paris is the capital of France."),
+        "{transcript}"
+    );
+    // The prompt went out rendered by the tokenizer_config's template.
+    let asked = asked.lock().unwrap().clone();
+    let first = asked[0]["prompt"].as_str().unwrap_or_default();
+    assert!(first.starts_with("<|im_start|>user\n"), "{}", asked[0]);
+}
