@@ -23,7 +23,9 @@
 #                                  checked), with scripts/patches/cpu_attention.rs (seeker's own
 #                                  code) added as src/attention/seeker_cpu.rs and called first
 #                                  for CPU attention: grouped-head matmuls for prompts and decode
-#                                  steps alike, where mistral.rs ran a scalar loop per row.
+#                                  steps alike, where mistral.rs ran a scalar loop per row;
+#                                  and its build script no longer asks to rerun on a
+#                                  .git/HEAD this copy lacks (it rebuilt the crate each build).
 #
 # bench/README.md ("candle 0.11's kernels") measures each; docs/kernels.md says why and how to
 # drop them. Nothing else changes, and no code of candle or mistral.rs is committed. Idempotent:
@@ -150,7 +152,7 @@ fi
 DEST=.cache/patched/mistralrs-core
 SHA=a2b8b9e5c94491d9ceeded3a30291cb6af6ae74810a5776dd55e3bbb8b3429d4
 OURS=scripts/patches/cpu_attention.rs
-MARKER="mistralrs-core 0.8.1 $SHA cpu-attention=$(sha256sum $OURS | cut -c1-16)"
+MARKER="mistralrs-core 0.8.1 $SHA cpu-attention=$(sha256sum $OURS | cut -c1-16) build-rs=no-git-rerun"
 if current $DEST "$MARKER"; then
   echo "patch-candle: $DEST ok" >&2
 else
@@ -161,5 +163,10 @@ else
     $'mod backends;\nmod seeker_cpu;\n' \
     $'        let can_use_flash = q.device().is_cpu()\n' \
     $'        // seeker: on the CPU, grouped-head matmuls first (seeker_cpu.rs)\n        if q.device().is_cpu() {\n            if let Some(out) = seeker_cpu::grouped_sdpa(q, k, v, mask, sdpa_params)? {\n                return Ok(out);\n            }\n        }\n\n        let can_use_flash = q.device().is_cpu()\n'
+  # Its build script asks to rerun when .git/HEAD changes, a file this copy never has:
+  # Cargo then reran it, and rebuilt the crate, on every build (~8 minutes a release build).
+  edit "$DEST.tmp/build.rs" \
+    $'    println!("cargo:rerun-if-changed=.git/HEAD");\n' \
+    $'    // seeker (patch-candle.sh): no rerun-if-changed on .git/HEAD, which this copy lacks.\n'
   finish $DEST "$MARKER"
 fi
