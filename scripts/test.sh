@@ -26,10 +26,11 @@
 #    schemathesis, in a virtualenv; it installs Debian's `chromium` and
 #    `chromium-driver` if they are missing, as searx is installed here).
 #
-# `scripts/test.sh --quick` instead builds without the embedded engine (`cargo test
-# --no-default-features`: no mistral.rs to compile) and runs every test that needs neither
-# the model nor the fetched data nor an external server; it fetches no data and installs nothing.
-# The tests that do need them are listed as ignored, each with what it needs.
+# `scripts/test.sh --quick` instead builds without the embedded engine (`--no-default-features`:
+# no mistral.rs to compile) and runs, with cargo-nextest where installed (else `cargo test`,
+# with any arguments given), every test that needs neither the model nor the fetched data nor
+# an external server; it fetches no data and installs nothing. The tests that do need them
+# are listed as ignored ("needs data, the model or a server").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,11 @@ if [[ ${1:-} == --quick ]]; then
     shift
     # Cargo.toml's [patch.crates-io] names the patched crates' folders, built or not.
     scripts/patch-candle.sh
+    # One process a test under cargo-nextest, as below: the SIGKILL tests time their kills
+    # against a build measured alone.
+    if [ $# -eq 0 ] && cargo nextest --version >/dev/null 2>&1; then
+        exec cargo nextest run --locked --no-default-features --no-fail-fast
+    fi
     exec cargo test --locked --no-default-features "$@"
 fi
 
