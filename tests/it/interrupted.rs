@@ -142,8 +142,17 @@ fn sigkill_at_random_instants_of_an_index_rebuild_never_loses_the_index() {
     let started = Instant::now();
     let first = build(&alpha);
     assert!(run(&args(&first)).status.success());
-    let full = started.elapsed();
+    let mut full = started.elapsed();
     assert!(served_title(&index, "first build").contains("alpha"));
+    // The kills interrupt rebuilds: two are timed too and the fastest run sets the range, so
+    // that a first build slowed by other work (tests in threads of one process) does not
+    // spread the kills past the end of most builds (76 of 100 finished once).
+    for corpus in [&bravo, &alpha] {
+        let started = Instant::now();
+        assert!(run(&args(&build(corpus))).status.success());
+        full = full.min(started.elapsed());
+    }
+    assert!(served_title(&index, "timed rebuilds").contains("alpha"));
 
     let mut finished = 0;
     for n in 0..100 {
