@@ -20,7 +20,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
-use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::config::ActivationDtype;
+use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
 use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
 use seeker::profile::{Profile, QueryOutcome};
@@ -121,7 +122,7 @@ impl PerfControl {
 fn main() -> anyhow::Result<()> {
     // As `seeker serve` runs the engine (candle's thread pool settings), set
     // before any thread starts.
-    seeker::engine::mistral::set_cpu_defaults();
+    seeker::engine::set_cpu_defaults();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

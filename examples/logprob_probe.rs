@@ -33,7 +33,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::config::ActivationDtype;
+use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
 use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
 use seeker::profile::Profile;

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
-use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::config::ActivationDtype;
+use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
 use seeker::engine::text::PolicyText;
 use seeker::engine::{

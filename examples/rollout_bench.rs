@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
-use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::config::ActivationDtype;
+use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
 use seeker::engine::text::PolicyText;
 use seeker::engine::{
@@ -131,7 +132,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() -> anyhow::Result<()> {
     // As `seeker serve` runs the engine (candle's thread pool settings), set
     // before any thread starts.
-    seeker::engine::mistral::set_cpu_defaults();
+    seeker::engine::set_cpu_defaults();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

@@ -295,6 +295,8 @@ mod layout {
         }
         let mut broken = Vec::new();
         let mut checked = 0;
+        // Each linked Markdown file's headings, read once.
+        let mut headings = std::collections::HashMap::new();
         for page in &pages {
             let (_, links) = read_markdown(page);
             for link in links {
@@ -313,7 +315,10 @@ mod layout {
                     broken.push(format!("{name}: {link}: no such file"));
                 } else if !fragment.is_empty()
                     && target.extension().is_some_and(|e| e == "md")
-                    && !read_markdown(&target).0.contains(fragment)
+                    && !headings
+                        .entry(target.clone())
+                        .or_insert_with(|| read_markdown(&target).0)
+                        .contains(fragment)
                 {
                     broken.push(format!("{name}: {link}: no such heading"));
                 }

@@ -3,21 +3,12 @@
 //! empties the prefix cache on purpose (`engine::mistral::reuse_state::flush`): mistral.rs
 //! logs every failed forward pass at ERROR, and that one is no fault.
 
-#[cfg(feature = "embedded")]
-use std::fmt::Debug;
-
-#[cfg(feature = "embedded")]
-use tracing::field::{Field, Visit};
-#[cfg(feature = "embedded")]
-use tracing::{Event, Metadata};
 use tracing_subscriber::layer::SubscriberExt;
-#[cfg(feature = "embedded")]
-use tracing_subscriber::layer::{Context, Filter};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 #[cfg(feature = "embedded")]
-use crate::engine::mistral::FLUSH_ERROR_MARK;
+pub use flush::NotTheFlushStep;
 
 /// Default levels when `RUST_LOG` is unset. mistral.rs's GGUF loader warns
 /// "a mix of GPU and CPU" on every CPU-only load, which misleads on machines
@@ -36,52 +27,60 @@ pub fn init() {
     tracing_subscriber::registry().with(layer).init();
 }
 
-/// Drops mistral.rs's events that report the flush step's failure (they
-/// name [`FLUSH_ERROR_MARK`], the token id no vocabulary has).
+/// The embedded engine's flush-step filter (a build without it has no flush).
 #[cfg(feature = "embedded")]
-pub struct NotTheFlushStep;
+mod flush {
+    use std::fmt::Debug;
 
-#[cfg(feature = "embedded")]
-impl<S> Filter<S> for NotTheFlushStep {
-    fn enabled(&self, _: &Metadata<'_>, _: &Context<'_, S>) -> bool {
-        true
-    }
+    use tracing::field::{Field, Visit};
+    use tracing::{Event, Metadata};
+    use tracing_subscriber::layer::{Context, Filter};
 
-    fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
-        if !event.metadata().target().starts_with("mistralrs") {
-            return true;
+    use crate::engine::mistral::FLUSH_ERROR_MARK;
+
+    /// Drops mistral.rs's events that report the flush step's failure (they
+    /// name [`FLUSH_ERROR_MARK`], the token id no vocabulary has).
+    pub struct NotTheFlushStep;
+
+    impl<S> Filter<S> for NotTheFlushStep {
+        fn enabled(&self, _: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+            true
         }
-        let mut found = Mentions(false);
-        event.record(&mut found);
-        !found.0
-    }
-}
 
-/// Whether some field of an event mentions [`FLUSH_ERROR_MARK`].
-#[cfg(feature = "embedded")]
-struct Mentions(bool);
-
-#[cfg(feature = "embedded")]
-impl Visit for Mentions {
-    fn record_debug(&mut self, _: &Field, value: &dyn Debug) {
-        if format!("{value:?}").contains(FLUSH_ERROR_MARK) {
-            self.0 = true;
+        fn event_enabled(&self, event: &Event<'_>, _: &Context<'_, S>) -> bool {
+            if !event.metadata().target().starts_with("mistralrs") {
+                return true;
+            }
+            let mut found = Mentions(false);
+            event.record(&mut found);
+            !found.0
         }
     }
 
-    fn record_str(&mut self, _: &Field, value: &str) {
-        if value.contains(FLUSH_ERROR_MARK) {
-            self.0 = true;
+    /// Whether some field of an event mentions [`FLUSH_ERROR_MARK`].
+    struct Mentions(bool);
+
+    impl Visit for Mentions {
+        fn record_debug(&mut self, _: &Field, value: &dyn Debug) {
+            if format!("{value:?}").contains(FLUSH_ERROR_MARK) {
+                self.0 = true;
+            }
+        }
+
+        fn record_str(&mut self, _: &Field, value: &str) {
+            if value.contains(FLUSH_ERROR_MARK) {
+                self.0 = true;
+            }
         }
     }
-}
 
-#[cfg(all(test, feature = "embedded"))]
-mod tests {
-    use crate::engine::mistral::{FLUSH_ERROR_MARK, FLUSH_TOKEN};
+    #[cfg(test)]
+    mod tests {
+        use crate::engine::mistral::{FLUSH_ERROR_MARK, FLUSH_TOKEN};
 
-    #[test]
-    fn the_mark_is_the_flush_token_written_out() {
-        assert_eq!(FLUSH_ERROR_MARK, FLUSH_TOKEN.to_string());
+        #[test]
+        fn the_mark_is_the_flush_token_written_out() {
+            assert_eq!(FLUSH_ERROR_MARK, FLUSH_TOKEN.to_string());
+        }
     }
 }

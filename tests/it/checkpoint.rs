@@ -21,8 +21,9 @@ use serde_json::{json, Value};
 use crate::common::{default_data, get_json, post_json, root};
 use crate::e2e::{seeker_bin, shared_index, start_default_model, wait_healthy};
 use crate::qwen::{golden_prompts, round2_prompt, top5_gap};
+use seeker::config::ActivationDtype;
 use seeker::engine::checkpoint::{Checkpoint, Isq};
-use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
 use seeker::engine::vocab::Vocab;
 use seeker::engine::{ChatTurn, Role};
@@ -266,22 +267,13 @@ fn bad_checkpoints_fail_at_startup_with_one_line() {
     let shard_name = shard.file_name().unwrap().to_owned();
     // A two-document index of its own: CI fetches the corpus without building
     // data/wiki/index, and the search setup is checked before the model.
-    let index = tmp.path().join("index");
-    let corpus = tmp.path().join("corpus.jsonl");
-    std::fs::write(
-        &corpus,
-        "{\"id\": \"1\", \"title\": \"Taj Mahal\", \"text\": \"The Taj Mahal is in Agra.\"}\n\
-         {\"id\": \"2\", \"title\": \"Mona Lisa\", \"text\": \"Leonardo painted the Mona Lisa.\"}\n",
-    )
-    .unwrap();
-    let indexed = Command::new(seeker_bin())
-        .args(["index", "--corpus"])
-        .arg(&corpus)
-        .arg("--index")
-        .arg(&index)
-        .output()
-        .unwrap();
-    assert!(indexed.status.success(), "{indexed:?}");
+    let index = crate::e2e::small_index(
+        tmp.path(),
+        &[
+            ("Taj Mahal", "The Taj Mahal is in Agra."),
+            ("Mona Lisa", "Leonardo painted the Mona Lisa."),
+        ],
+    );
     // (directory name, how the good copy is spoilt, what the error says)
     type Case<'a> = (&'a str, Box<dyn Fn(&Path) + 'a>, &'a str);
     let cases: [Case; 4] = [

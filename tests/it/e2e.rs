@@ -65,6 +65,33 @@ pub(crate) fn build_index(index: &Path) {
     assert!(stdout.starts_with("indexed 10033 documents"), "{stdout}");
 }
 
+/// A BM25 index of `docs` (title, text; ids from 1) built by `seeker index`
+/// in `dir/index`, for a real-binary test that needs no fetched corpus.
+pub(crate) fn small_index(dir: &Path, docs: &[(&str, &str)]) -> PathBuf {
+    let corpus = dir.join("corpus.jsonl");
+    let lines: String = docs
+        .iter()
+        .enumerate()
+        .map(|(i, (title, text))| {
+            format!(
+                "{}\n",
+                serde_json::json!({"id": (i + 1).to_string(), "title": title, "text": text})
+            )
+        })
+        .collect();
+    std::fs::write(&corpus, lines).unwrap();
+    let index = dir.join("index");
+    let out = Command::new(seeker_bin())
+        .args(["index", "--corpus"])
+        .arg(&corpus)
+        .arg("--index")
+        .arg(&index)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    index
+}
+
 fn search_cli(index: &Path, query: &str) -> String {
     let out = Command::new(SEEKER)
         .args(["search", "-k", "3", "--index"])

@@ -169,7 +169,7 @@ async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() 
             gguf: gguf.clone(),
             checkpoint: None,
             isq: Default::default(),
-            dtype: seeker::engine::mistral::ActivationDtype::F32,
+            dtype: seeker::config::ActivationDtype::F32,
             max_num_seqs: 1,
             weights: seeker::engine::prepare::WeightFormat::AsIs,
             prefix_cache: false,

@@ -7,7 +7,8 @@
 
 use std::time::Duration;
 
-use seeker::engine::mistral::{ActivationDtype, MistralConfig, MistralEngine};
+use seeker::config::ActivationDtype;
+use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
 use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
 

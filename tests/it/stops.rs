@@ -354,22 +354,13 @@ async fn a_server_that_writes_past_max_tokens_is_cut() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_remote_config_serves_with_no_model_files_here() {
     let tmp = tempfile::tempdir().unwrap();
-    let corpus = tmp.path().join("corpus.jsonl");
-    std::fs::write(
-        &corpus,
-        "{\"id\": \"1\", \"title\": \"France\", \"text\": \"Paris is the capital of France.\"}\n\
-         {\"id\": \"2\", \"title\": \"Spain\", \"text\": \"Madrid is the capital of Spain.\"}\n",
-    )
-    .unwrap();
-    let index = tmp.path().join("index");
-    let indexed = std::process::Command::new(crate::e2e::seeker_bin())
-        .args(["index", "--corpus"])
-        .arg(&corpus)
-        .arg("--index")
-        .arg(&index)
-        .output()
-        .unwrap();
-    assert!(indexed.status.success(), "{indexed:?}");
+    let index = crate::e2e::small_index(
+        tmp.path(),
+        &[
+            ("France", "Paris is the capital of France."),
+            ("Spain", "Madrid is the capital of Spain."),
+        ],
+    );
     // ChatML, as Qwen2.5's tokenizer_config.json writes it (shortened).
     let tokenizer_config = tmp.path().join("tokenizer_config.json");
     std::fs::write(

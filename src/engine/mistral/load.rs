@@ -20,7 +20,8 @@ use mistralrs::{
 };
 
 use super::reuse_state::{flush, FlushReason, Reuse};
-use super::{ActivationDtype, MistralConfig, MistralEngine, ModelFiles, LOG_TARGET};
+use super::{MistralConfig, MistralEngine, ModelFiles, LOG_TARGET};
+use crate::config::ActivationDtype;
 use crate::engine::checkpoint::Checkpoint;
 use crate::engine::prepare::ensure_prepared;
 use crate::engine::{Engine, EngineError, EngineEvent, GenerationParams};

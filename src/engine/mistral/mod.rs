@@ -62,6 +62,7 @@ use super::checkpoint::Isq;
 use super::prepare::WeightFormat;
 use super::text::TokenCount;
 use super::{Engine, EngineError, EngineEvent, Generation, GenerationParams};
+use crate::config::ActivationDtype;
 use crate::metrics::Metrics;
 use reuse_state::{Pending, Reuse};
 pub use reuse_state::{FLUSH_ERROR_MARK, FLUSH_TOKEN};
@@ -70,9 +71,6 @@ use stream::{completion_request, submit, Forward};
 /// The target of this module's log events, in every file of it (what log
 /// filters and readers saw before the module was split).
 const LOG_TARGET: &str = module_path!();
-
-pub use super::{set_cpu_defaults, SPIN_LIMIT, SPIN_LIMIT_VAR};
-pub use crate::config::ActivationDtype;
 
 /// How to load the embedded model.
 #[derive(Clone, Debug)]

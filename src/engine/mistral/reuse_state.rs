@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use mistralrs::{NormalRequest, Response, SamplingParams, StopTokens};
 
 use super::stream::{completion_request, submit};
-use super::{ActivationDtype, MistralConfig, MistralEngine, ModelFiles, LOG_TARGET};
+use super::{MistralConfig, MistralEngine, ModelFiles, LOG_TARGET};
+use crate::config::ActivationDtype;
 use crate::engine::continued;
 use crate::engine::reuse::{capacity_rows, Forced, PrefixTracker, Sentinel, Sentinels};
 use crate::engine::vocab::{self, Vocab};
