@@ -39,7 +39,7 @@ SIZE=${SIZE:-5k}
 # Every shipped profile that answers a question from a corpus: the two baselines, then the
 # agentic policies (text tags, then tool calls). Left out: none; page-reading profiles open
 # corpus articles by title, as they would web pages.
-POLICIES=${POLICIES:-direct rag search-r1-prefetch search-r1 zerosearch stepsearch parallelsearch r-search rag-r1-sq rag-r1-mq r1-searcher r1-searcher-instruct r1-searcher-plus research asearcher recall tool-search deepresearcher tongyi-deepresearch}
+POLICIES=${POLICIES:-direct rag ircot search-r1-prefetch search-r1 zerosearch stepsearch parallelsearch r-search rag-r1-sq rag-r1-mq r1-searcher r1-searcher-instruct r1-searcher-plus research asearcher recall tool-search deepresearcher tongyi-deepresearch}
 BACKENDS=${BACKENDS:-tantivy dense hybrid}
 MAX_DIFFICULTY=${MAX_DIFFICULTY:-3}
 AGGREGATION=${AGGREGATION:-0}

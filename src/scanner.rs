@@ -15,7 +15,12 @@
 //!   arXiv 2503.09516); everything after it is discarded, which also
 //!   drops the extra token mistral.rs emits after a stop string;
 //! - a document block the model starts writing itself (the profile's
-//!   `documents_open`, e.g. `<information>`) is never trusted: the round is cut there.
+//!   `documents_open`, e.g. `<information>`) is never trusted: the round is cut there;
+//! - a tag set with a closing query tag and no opening one starts every round
+//!   inside a query: the round's text up to the close is the query (IRCoT,
+//!   arXiv 2212.10509, whose every reasoning sentence is the next query). Where
+//!   one string closes both a query and an answer (`.` for IRCoT), it closes the
+//!   region it is in.
 
 /// What a recognised tag means to the search loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,11 +92,14 @@ pub enum ScanEvent {
 pub struct TagSet {
     tags: Vec<(String, TagKind)>,
     longest: usize,
+    /// A closing query tag without an opening one: rounds start in a query.
+    opens_in_query: bool,
 }
 
 impl TagSet {
     /// Builds a tag set. Empty strings are ignored (a profile without a document
-    /// tag passes `""`).
+    /// tag passes `""`). With an empty `query_open` and a `query_close`, every
+    /// round starts inside a query ([`TagScanner::new`]).
     pub fn new(
         query_open: &str,
         query_close: &str,
@@ -113,7 +121,11 @@ impl TagSet {
         // Longest first, so that at one position the longest complete tag wins.
         tags.sort_by_key(|(s, _)| std::cmp::Reverse(s.len()));
         let longest = tags.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
-        Self { tags, longest }
+        Self {
+            tags,
+            longest,
+            opens_in_query: query_open.is_empty() && !query_close.is_empty(),
+        }
     }
 
     /// Adds a page action's tags (empty strings are ignored).
@@ -138,11 +150,26 @@ impl TagSet {
     }
 
     /// The earliest complete tag in `text`: (byte offset, byte length, kind).
-    fn earliest(&self, text: &str) -> Option<(usize, usize, TagKind)> {
+    /// Of two equal tags at one position, the one that closes `region` wins.
+    fn earliest(&self, text: &str, region: Region) -> Option<(usize, usize, TagKind)> {
+        let closes = |kind: TagKind| {
+            matches!(
+                (kind, region),
+                (TagKind::QueryClose, Region::Query)
+                    | (TagKind::AnswerClose, Region::Answer)
+                    | (TagKind::PageClose, Region::Page)
+            )
+        };
         let mut best: Option<(usize, usize, TagKind)> = None;
         for (tag, kind) in &self.tags {
             if let Some(pos) = text.find(tag.as_str()) {
-                if best.is_none_or(|(b, _, _)| pos < b) {
+                let better = match best {
+                    None => true,
+                    Some((b, len, k)) => {
+                        pos < b || (pos == b && len == tag.len() && closes(*kind) && !closes(k))
+                    }
+                };
+                if better {
                     best = Some((pos, tag.len(), *kind));
                 }
             }
@@ -191,14 +218,20 @@ pub struct TagScanner {
 }
 
 impl TagScanner {
-    /// A scanner at the start of a round, in the reasoning region.
+    /// A scanner at the start of a round: in the reasoning region, or inside
+    /// a query for a tag set without an opening query tag ([`TagSet::new`]).
     pub fn new(tags: TagSet) -> Self {
+        let region = if tags.opens_in_query {
+            Region::Query
+        } else {
+            Region::Reasoning
+        };
         Self {
             tags,
             pending: String::new(),
             #[cfg(test)]
             utf8_tail: Vec::new(),
-            region: Region::Reasoning,
+            region,
             content: String::new(),
             kept: String::new(),
             ended: false,
@@ -301,7 +334,7 @@ impl TagScanner {
 
     fn process(&mut self, out: &mut Vec<ScanEvent>) {
         while !self.ended {
-            match self.tags.earliest(&self.pending) {
+            match self.tags.earliest(&self.pending, self.region) {
                 Some((pos, len, kind)) => {
                     let before = self.pending[..pos].to_string();
                     self.release(&before, out);
@@ -511,6 +544,72 @@ mod tests {
             let end = input.find("</think>").unwrap() + "</think>".len();
             assert_eq!(s.kept_text(), &input[..end]);
         }
+    }
+
+    /// IRCoT's tags (config/policies/ircot.toml): no opening query tag, one
+    /// full stop closing both a sentence and the answer.
+    fn ircot() -> TagSet {
+        TagSet::new("", ".", "answer is:", ".", "Article:")
+    }
+
+    #[test]
+    fn without_an_opening_tag_each_sentence_is_a_query_at_any_split() {
+        let written = "The husband of Ann Lee is Bo Tan. The friends of";
+        for cut in 0..=written.len() {
+            let mut s = TagScanner::new(ircot());
+            let mut out = Vec::new();
+            s.push_bytes(&written.as_bytes()[..cut], &mut out);
+            s.push_bytes(&written.as_bytes()[cut..], &mut out);
+            s.finish(&mut out);
+            assert_eq!(
+                merge(out),
+                vec![
+                    text(Region::Query, "The husband of Ann Lee is Bo Tan"),
+                    ScanEvent::End(RoundEnd::Query("The husband of Ann Lee is Bo Tan".into())),
+                ],
+                "cut at {cut}"
+            );
+            assert_eq!(s.kept_text(), "The husband of Ann Lee is Bo Tan.");
+        }
+        // The next round starts inside a query again.
+        let mut s = TagScanner::new(ircot());
+        let mut out = Vec::new();
+        s.push("Bo Tan.", &mut out);
+        s.reset();
+        out.clear();
+        s.push("Cy.", &mut out);
+        assert_eq!(
+            out.last(),
+            Some(&ScanEvent::End(RoundEnd::Query("Cy".into())))
+        );
+    }
+
+    #[test]
+    fn a_full_stop_closes_the_answer_once_the_answer_is_open() {
+        for written in [
+            "So the answer is: Bo Tan, Cy Lee. Done.",
+            "The friends of Bo Tan are Cy Lee, so the answer is: Bo Tan, Cy Lee.",
+        ] {
+            for cut in 0..=written.len() {
+                let mut s = TagScanner::new(ircot());
+                let mut out = Vec::new();
+                s.push_bytes(&written.as_bytes()[..cut], &mut out);
+                s.push_bytes(&written.as_bytes()[cut..], &mut out);
+                s.finish(&mut out);
+                assert_eq!(
+                    merge(out).last(),
+                    Some(&ScanEvent::End(RoundEnd::Answer(" Bo Tan, Cy Lee".into()))),
+                    "{written:?} cut at {cut}"
+                );
+                let end = written.find("Cy Lee.").unwrap() + "Cy Lee.".len();
+                assert_eq!(s.kept_text(), &written[..end]);
+            }
+        }
+        // Articles the model starts writing itself cut the round.
+        let mut s = TagScanner::new(ircot());
+        let mut out = Vec::new();
+        s.push("Article: \"Bo", &mut out);
+        assert_eq!(out.last(), Some(&ScanEvent::End(RoundEnd::DocumentsOpened)));
     }
 
     #[test]

@@ -231,11 +231,28 @@ impl Keys<'_> {
 /// Checks the tags, the name and the query and rollout limits of `raw`.
 ///
 /// # Errors
-/// [`ProfileError::Invalid`] for the first empty tag or name, zero limit, or
-/// empty stop string.
+/// [`ProfileError::Invalid`] for the first empty tag or name (an empty
+/// `tags.query_open` is allowed in a text-tag profile without pages), zero
+/// limit, or empty stop string.
 fn check_tags_and_limits(raw: &ProfileFile, at: &Keys) -> Result<(), ProfileError> {
+    // An empty opening query tag: every round is a query up to the close
+    // (IRCoT's sentence queries), for a text-tag profile without page reads.
+    if raw.tags.query_open.is_empty() && (raw.tools.is_some() || raw.pages.is_some()) {
+        return Err(at.invalid(
+            "tags.query_open",
+            "may be empty (every round a query up to tags.query_close) only without [tools] or [pages]",
+        ));
+    }
+    if raw.tags.query_open.is_empty() && raw.tags.query_close == raw.tags.answer_open {
+        return Err(at.invalid(
+            "tags.query_close",
+            "must differ from tags.answer_open when tags.query_open is empty",
+        ));
+    }
+    if !raw.tags.query_open.is_empty() && raw.tags.query_open.trim().is_empty() {
+        return Err(at.invalid("tags.query_open", "must not be blank"));
+    }
     for (key, tag) in [
-        ("tags.query_open", &raw.tags.query_open),
         ("tags.query_close", &raw.tags.query_close),
         ("tags.answer_open", &raw.tags.answer_open),
         ("tags.answer_close", &raw.tags.answer_close),
@@ -564,6 +581,31 @@ mod tests {
         );
     }
 
+    /// An empty opening query tag (IRCoT) is a text-tag profile's only:
+    /// with tools or pages, or blank rather than empty, it is refused.
+    #[test]
+    fn an_empty_query_open_is_for_text_tags_only() {
+        let path = Path::new("config/policies/broken.toml");
+        let ircot = std::fs::read_to_string(&load("ircot").source).unwrap();
+        assert!(load("ircot").query_open.is_empty());
+        let blank = ircot.replace("query_open = \"\"", "query_open = \" \"");
+        let err = Profile::parse(&blank, path).unwrap_err().to_string();
+        assert!(
+            err.contains("tags.query_open") && err.contains("blank"),
+            "{err}"
+        );
+        let tool = std::fs::read_to_string(&load("tool-search").source).unwrap();
+        let open = regex::Regex::new(r#"(?m)^query_open = ".*"$"#).unwrap();
+        assert!(open.is_match(&tool));
+        let err = Profile::parse(&open.replace(&tool, "query_open = \"\""), path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("tags.query_open") && err.contains("[tools]"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn shipped_profiles_all_load() {
         let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));
@@ -581,6 +623,7 @@ mod tests {
             "r-search",
             "stepsearch",
             "parallelsearch",
+            "ircot",
         ] {
             assert!(profiles.contains_key(name), "{name} missing");
         }

@@ -216,6 +216,26 @@ mod tests {
         }
     }
 
+    /// IRCoT (no opening query tag): one sentence is searched before any
+    /// token; more after its full stop is refused, articles included.
+    #[test]
+    fn an_ircot_message_resumes_as_one_sentence() {
+        let p = shipped("ircot");
+        for text in ["The husband of Ann Lee is Bo Tan.", "So the answer is: Bo"] {
+            let s = split(&p, text).unwrap();
+            assert_eq!((s.trusted, s.tail, s.calls), ("", text, 0));
+        }
+        for text in [
+            "Ann Lee is here. Bo Tan is too.",
+            "Ann Lee is here.\nArticle: \"Ann Lee\" The husband of Ann Lee is Bo Tan.\n",
+        ] {
+            assert!(
+                matches!(split(&p, text), Err(Unresumable::Unanswered { at: 15, .. })),
+                "{text}"
+            );
+        }
+    }
+
     #[test]
     fn a_lone_trailing_call_is_the_tail_as_before() {
         let p = search_r1();

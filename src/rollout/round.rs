@@ -487,7 +487,18 @@ impl Rollout<'_> {
                 self.emit(RolloutEvent::Reasoning(text)).await?;
             }
             ScanEvent::Text {
-                region: Region::Query | Region::Page,
+                region: Region::Query,
+                text,
+            } => {
+                // Without an opening query tag (IRCoT) the reasoning is the
+                // query: it is also what the fallback answer reads.
+                if profile.query_open.is_empty() {
+                    self.since_splice.push_str(&text);
+                }
+                self.emit(RolloutEvent::Reasoning(text)).await?;
+            }
+            ScanEvent::Text {
+                region: Region::Page,
                 text,
             } => self.emit(RolloutEvent::Reasoning(text)).await?,
             ScanEvent::Text {

@@ -30,6 +30,15 @@ fn backend() -> Arc<StaticBackend> {
             ],
         ),
         (
+            // IRCoT's sentence query (`two_round_script`).
+            "The Mona Lisa was painted by Leonardo da Vinci",
+            vec![doc(
+                "6055",
+                "Mona Lisa",
+                "The Mona Lisa is a portrait by Leonardo da Vinci.",
+            )],
+        ),
+        (
             "Leonardo da Vinci birthplace",
             vec![doc(
                 "4790",
@@ -94,6 +103,23 @@ fn two_round_script(p: &Profile) -> Vec<Vec<String>> {
             p.query_separator
         )
     };
+    if qo.is_empty() {
+        // No opening tag (IRCoT): the sentence is the query, its full stop
+        // closes it, and an article the model goes on to write is cut.
+        let round1 = vec![
+            "The Mona Lisa was painted".to_string(),
+            " by Leonardo da Vinci".to_string(),
+            format!("{qc}\nArticle: made up"),
+        ];
+        let round2 = vec![
+            "So the ".to_string(),
+            ao[..3].to_string(),
+            format!("{} Leonardo da", &ao[3..]),
+            format!(" Vinci{ac}"),
+            " trailing".to_string(),
+        ];
+        return vec![round1, round2];
+    }
     if let Some(tools) = &p.tools {
         // A tool call split across pieces, then a tool response the model
         // starts writing itself (its turn ends there).
