@@ -20,10 +20,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::Parser;
+use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
-use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
+use seeker::engine::{Engine, EngineEvent, GenerationParams};
 use seeker::profile::{Profile, QueryOutcome};
 use seeker::search::bm25::Bm25Index;
 

@@ -33,10 +33,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
+use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
-use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
+use seeker::engine::{Engine, EngineEvent, GenerationParams};
 use seeker::profile::Profile;
 
 #[derive(Parser)]

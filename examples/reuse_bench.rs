@@ -22,13 +22,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use clap::Parser;
+use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
 use seeker::engine::text::PolicyText;
-use seeker::engine::{
-    ChatTurn, Engine, EngineError, EngineEvent, Generation, GenerationParams, Role,
-};
+use seeker::engine::{Engine, EngineError, EngineEvent, Generation, GenerationParams};
 use seeker::profile::Profile;
 use seeker::rollout::{self, RolloutContext, RolloutRequest};
 use seeker::search::bm25::{Bm25Backend, Bm25Index};

@@ -9,13 +9,14 @@
 //! # Layout
 //!
 //! A request's path, top to bottom: `main` → [`startup`] → [`server`] →
-//! [`rollout`] → [`profile`] / [`scanner`] / [`engine`] / [`search`] /
-//! [`pages`] → [`metrics`]. Imports follow that order downward, with these
-//! exceptions today: [`config`] names the engine, search and page settings
-//! it validates, and `search::setup` and `server::{ops, state}` read it;
-//! [`logging`] names the embedded engine's flush step it filters; [`profile`]
-//! uses the engine's chat turn, the search document types, the page type of
-//! [`pages`] and the scanner's tag set.
+//! [`eval`] → [`rollout`] → [`profile`] → [`scanner`] / [`toolcall`] →
+//! [`engine`] → [`search`] → [`pages`] → [`config`] → [`metrics`] → [`chat`] /
+//! [`template`] / [`pyjson`] → [`secret`] / [`tempfiles`]. Imports go down
+//! that order, or stay in a module's own layer; a test (`layout` in this
+//! file) fails for any other, but for the four that go up today: [`config`]
+//! names the engine's weight types and builds the search and page settings
+//! it validates, and `pages::reader` opens corpus documents through the BM25
+//! index of [`search`].
 //!
 //! - [`startup`]: the composition root: config → profiles, dispatcher, HTTP
 //!   state, listener, the engine (embedded, loaded in the background, or
@@ -84,12 +85,15 @@
 //!   and its tables by difficulty and template (`summary`), `seeker
 //!   report`'s page and plots (`report`, drawn by `plot`, the page in
 //!   `page`).
+//! - [`chat`]: a conversation's messages (`ChatTurn`, `Role`), beneath the
+//!   HTTP layer, profiles and engines alike.
 //! - [`tempfiles`]: removal of temporary files that stopped processes left.
 //! - [`secret`]: API keys that `Debug` prints as `[redacted]`.
 //!
 //! The protocols the code relies on, with their sources, are in
 //! `docs/protocols.md`.
 
+pub mod chat;
 pub mod config;
 pub mod engine;
 pub mod eval;
@@ -205,6 +209,160 @@ mod layout {
             }
         }
         assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
+
+    /// The library's layers, top (0) to bottom: a module imports modules of its
+    /// own layer or below (Layout above). `main` is the binary's.
+    const LAYERS: &[(&str, u8)] = &[
+        ("startup", 0),
+        ("logging", 0),
+        ("server", 1),
+        ("eval", 2),
+        ("rollout", 3),
+        ("profile", 4),
+        ("scanner", 5),
+        ("toolcall", 5),
+        ("engine", 6),
+        ("search", 7),
+        ("pages", 8),
+        ("config", 9),
+        ("metrics", 10),
+        ("chat", 11),
+        ("template", 11),
+        ("pyjson", 11),
+        ("secret", 12),
+        ("tempfiles", 12),
+    ];
+
+    /// The imports that go up today, each with what it names. The test fails
+    /// for an upward import not listed here, and for a listed one that is
+    /// gone (then strike it): the list only shrinks.
+    const UPWARD: &[(&str, &str, &str)] = &[
+        (
+            "config",
+            "engine",
+            "config/model.rs names the weight format and ISQ types it checks",
+        ),
+        (
+            "config",
+            "search",
+            "config/search.rs builds the dispatcher's, encoder's, dense and hybrid settings and lists the web providers",
+        ),
+        (
+            "config",
+            "pages",
+            "config/pages.rs builds the page reader's settings",
+        ),
+        (
+            "pages",
+            "search",
+            "pages/reader.rs opens corpus documents through the BM25 index",
+        ),
+    ];
+
+    /// The top-level modules `line` (code, not a comment) names through
+    /// `crate::x` or `crate::{x, y::z}`.
+    fn crate_modules(line: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut rest = line;
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            if let Some(group) = rest.strip_prefix('{') {
+                // The first name of each item at the group's own depth.
+                let (mut depth, mut item_start) = (1, true);
+                for (i, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        ',' if depth == 1 => item_start = true,
+                        c if item_start && depth == 1 && (c.is_alphanumeric() || c == '_') => {
+                            let name: String = group[i..]
+                                .chars()
+                                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                                .collect();
+                            out.push(name);
+                            item_start = false;
+                        }
+                        _ => {}
+                    }
+                }
+            } else {
+                out.push(
+                    rest.chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect(),
+                );
+            }
+        }
+        out
+    }
+
+    /// Issue 51's one-way layers: no module imports a layer above its own but
+    /// for the listed [`UPWARD`] imports.
+    #[test]
+    fn imports_go_down_the_layers() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let rank = |m: &str| LAYERS.iter().find(|(n, _)| *n == m).map(|(_, r)| *r);
+        let mut files = Vec::new();
+        sources(&root.join("src"), &mut files);
+        let mut found = std::collections::BTreeMap::<(String, String), String>::new();
+        for file in &files {
+            let rel = file.strip_prefix(root.join("src")).expect("under src/");
+            let top = rel.iter().next().unwrap().to_string_lossy();
+            let top = top.trim_end_matches(".rs");
+            if top == "main" || top == "lib" {
+                continue;
+            }
+            let from = rank(top).unwrap_or_else(|| panic!("{top} has no layer in LAYERS"));
+            let text = std::fs::read_to_string(file).expect("source reads");
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                if code.starts_with("//") {
+                    continue;
+                }
+                for module in crate_modules(code) {
+                    let to =
+                        rank(&module).unwrap_or_else(|| panic!("{module} has no layer in LAYERS"));
+                    if to < from {
+                        found
+                            .entry((top.to_string(), module))
+                            .or_insert_with(|| format!("{}:{}", rel.display(), n + 1));
+                    }
+                }
+            }
+        }
+        let mut wrong = Vec::new();
+        for ((from, to), at) in &found {
+            if !UPWARD.iter().any(|(f, t, _)| f == from && t == to) {
+                wrong.push(format!("{at}: {from} imports {to}, a layer above it"));
+            }
+        }
+        for (from, to, what) in UPWARD {
+            if !found.contains_key(&(from.to_string(), to.to_string())) {
+                wrong.push(format!(
+                    "{from} no longer imports {to} ({what}): strike it from UPWARD"
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn crate_paths_are_read_from_plain_and_grouped_imports() {
+        assert_eq!(crate_modules("use crate::engine::Engine;"), ["engine"]);
+        assert_eq!(
+            crate_modules("use crate::{chat::ChatTurn, search::{dense, Document}, metrics};"),
+            ["chat", "search", "metrics"]
+        );
+        assert_eq!(
+            crate_modules("let x = crate::pages::PageSettings { a: crate::config::B };"),
+            ["pages", "config"]
+        );
     }
 
     /// Issue 29's bound: a source file holds one job, at most 600 lines of

@@ -23,7 +23,8 @@ use std::sync::Arc;
 use minijinja::value::{Enumerator, Kwargs, Object, ObjectRepr, Value};
 use minijinja::{context, Environment, Error, ErrorKind};
 
-use super::{ChatTurn, EngineError, Role};
+use super::EngineError;
+use crate::chat::{ChatTurn, Role};
 
 /// A compiled chat template with its special-token strings.
 pub struct ChatTemplate {

@@ -16,9 +16,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::text::{ChatFormat, PolicyText, TokenCount};
-use super::{
-    ChatTurn, Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams,
-};
+use super::{Engine, EngineError, EngineEvent, EngineFinish, Generation, GenerationParams};
+use crate::chat::ChatTurn;
 
 /// See the module documentation.
 #[derive(Clone, Default)]

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::chat_template::ChatTemplate;
-use super::{ChatTurn, EngineError};
+use super::EngineError;
+use crate::chat::ChatTurn;
 
 /// Renders a conversation into the prompt text the policy continues.
 pub trait ChatFormat: Send + Sync {
@@ -172,7 +173,7 @@ impl PolicyText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::Role;
+    use crate::chat::Role;
 
     struct Words;
 

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::engine::ChatTurn;
+use crate::chat::ChatTurn;
 use crate::search::Document;
 use crate::template::{Template, TemplateError};
 pub use text::defuse;

@@ -4,7 +4,7 @@
 //! tags and tokens in untrusted text inert.
 
 use super::{CleanedQueries, Profile, PromptFormat, PromptText, QueryOutcome, SpliceFormat};
-use crate::engine::{ChatTurn, Role};
+use crate::chat::{ChatTurn, Role};
 use crate::pyjson::{dumps_indent2, py_repr, PyValue};
 use crate::scanner::TagSet;
 
@@ -483,7 +483,7 @@ mod tests {
 
     #[test]
     fn rag_puts_the_question_documents_in_its_system_message() {
-        use crate::engine::{ChatTurn, Role};
+        use crate::chat::{ChatTurn, Role};
         use crate::profile::PromptText;
         let p = load("rag");
         let history = [ChatTurn::new(Role::User, "Who is the husband of Aida Wang")];

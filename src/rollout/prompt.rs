@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{resume, ClientTools, Resumed, Rollout, RolloutError, RolloutEvent, ToolChoice};
-use crate::engine::{ChatTurn, Role};
+use crate::chat::{ChatTurn, Role};
 use crate::profile::{defuse, Profile, PromptText, QuestionSearch};
 
 impl Rollout<'_> {

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{Resumed, Unresumable};
+use crate::chat::ChatTurn;
 use crate::engine::text::PolicyText;
-use crate::engine::{ChatTurn, Engine, EngineError};
+use crate::engine::{Engine, EngineError};
 use crate::profile::{Profile, QueryOutcome};
 use crate::search::dispatch::Dispatcher;
 use crate::search::Document;

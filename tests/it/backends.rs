@@ -735,8 +735,8 @@ async fn a_document_can_neither_close_the_block_nor_start_a_search() {
         profile: Arc::new(profile("search-r1")),
     };
     let request = RolloutRequest {
-        messages: vec![seeker::engine::ChatTurn::new(
-            seeker::engine::Role::User,
+        messages: vec![seeker::chat::ChatTurn::new(
+            seeker::chat::Role::User,
             "What is the capital of France?",
         )],
         max_tokens: 100,

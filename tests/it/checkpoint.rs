@@ -21,12 +21,12 @@ use serde_json::{json, Value};
 use crate::common::{default_data, get_json, post_json, root};
 use crate::e2e::{seeker_bin, shared_index, start_default_model, wait_healthy};
 use crate::qwen::{golden_prompts, round2_prompt, top5_gap};
+use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
 use seeker::engine::checkpoint::{Checkpoint, Isq};
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
 use seeker::engine::vocab::Vocab;
-use seeker::engine::{ChatTurn, Role};
 use seeker::profile::Profile;
 
 /// Largest difference allowed between the next-token log-probabilities

@@ -20,10 +20,11 @@ use crate::common::{default_data, get_json, post_json, root};
 use crate::e2e::{shared_index, start_default_model, wait_healthy};
 use crate::http::sse_data;
 use crate::remote::Llama;
+use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::{resolve, WeightFormat};
-use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
+use seeker::engine::{Engine, EngineEvent, GenerationParams};
 use seeker::profile::{Profile, PromptText};
 
 /// Qwen2.5's chat template adds this system turn when a conversation has

@@ -159,8 +159,8 @@ fn read_stream(body: &str) -> (String, String, Value, Vec<Value>) {
 #[cfg(feature = "embedded")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() {
+    use seeker::chat::{ChatTurn, Role};
     use seeker::engine::chat_template::ChatTemplate;
-    use seeker::engine::{ChatTurn, Role};
 
     let gguf = default_data("models/SmolLM2-135M-Instruct.Q4_1.gguf");
     let ours = ChatTemplate::from_gguf(&gguf).unwrap();

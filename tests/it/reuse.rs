@@ -7,10 +7,11 @@
 
 use std::time::Duration;
 
+use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
 use seeker::engine::prepare::WeightFormat;
-use seeker::engine::{ChatTurn, Engine, EngineEvent, GenerationParams, Role};
+use seeker::engine::{Engine, EngineEvent, GenerationParams};
 
 use crate::common::{default_data, metrics_of, profile};
 

@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use seeker::chat::{ChatTurn, Role};
 use seeker::engine::scripted::ScriptedEngine;
-use seeker::engine::{ChatTurn, EngineError, Role};
+use seeker::engine::EngineError;
 use seeker::profile::{Profile, QuestionSearch};
 use seeker::rollout::{
     run, FinishReason, RolloutContext, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest,

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use seeker::chat::{ChatTurn, Role};
 use seeker::engine::scripted::ScriptedEngine;
-use seeker::engine::{ChatTurn, Role};
 use seeker::profile::Profile;
 use seeker::rollout::{
     FinishReason, RolloutError, RolloutEvent, RolloutOutcome, RolloutRequest, RoundOutcome,

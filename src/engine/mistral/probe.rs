@@ -15,8 +15,9 @@ use mistralrs::{Response, SamplingParams, TextMessageRole, TextMessages};
 
 use super::stream::{completion_request, response_error, submit};
 use super::{detached, MistralEngine};
+use crate::chat::{ChatTurn, Role};
 use crate::engine::chat_template::ChatTemplate;
-use crate::engine::{ChatTurn, EngineError, Role};
+use crate::engine::EngineError;
 
 impl MistralEngine {
     /// `messages` rendered by mistral.rs itself (its chat template through

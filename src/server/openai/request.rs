@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::Role;
+use crate::chat::Role;
 
 /// `POST /v1/chat/completions` body. Unknown fields are ignored, as OpenAI does.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]

@@ -15,7 +15,7 @@ use super::openai::{
     ChatCompletionRequest, ChatMessage, MessageRole, SearchOptions, StopSequences,
 };
 use super::AppState;
-use crate::engine::{ChatTurn, Role};
+use crate::chat::{ChatTurn, Role};
 use crate::profile::Profile;
 use crate::rollout::{ClientTools, RolloutRequest, ToolChoice};
 use tools::{check_own_names, check_profile_calls, client_functions, template_calls, tool_choice};

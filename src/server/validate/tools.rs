@@ -7,7 +7,7 @@
 use super::super::error::ApiError;
 use super::super::openai::{ToolCallObject, ToolSpec};
 use super::AppState;
-use crate::engine::{ChatTurn, Role};
+use crate::chat::{ChatTurn, Role};
 use crate::profile::Profile;
 use crate::rollout::ToolChoice;
 
