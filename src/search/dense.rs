@@ -17,8 +17,6 @@
 //! opens. `bench/README.md` has the figures. The `hybrid` backend, which fuses
 //! this one with BM25, is [`super::hybrid`].
 
-use std::cmp::Ordering;
-use std::collections::BinaryHeap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use super::bm25::{Bm25Index, IndexError};
 pub use super::dense_build::build_dense;
 use super::dense_build::{dense_replacement, is_dense_index};
-use super::embed::{EmbedError, Embedder, EncoderSpec};
+use super::embed::{top_k, EmbedError, Embedder, EncoderSpec};
 use super::signbits::SignCodes;
 use super::{Document, SearchBackend, SearchError};
 
@@ -132,25 +130,6 @@ impl std::fmt::Debug for DenseIndex {
         f.debug_struct("DenseIndex")
             .field("manifest", &self.manifest)
             .finish_non_exhaustive()
-    }
-}
-
-/// A row and its score, ordered so that a `BinaryHeap` pops the worst first.
-#[derive(PartialEq)]
-struct Hit(f32, usize);
-impl Eq for Hit {}
-impl PartialOrd for Hit {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Hit {
-    fn cmp(&self, other: &Self) -> Ordering {
-        // Reversed: the heap's top is the lowest score (ties: the later row).
-        other
-            .0
-            .total_cmp(&self.0)
-            .then_with(|| self.1.cmp(&other.1))
     }
 }
 
@@ -340,23 +319,6 @@ impl DenseIndex {
         let scores = matrix.matmul(&q)?.squeeze(1)?.to_vec1::<f32>()?;
         Ok(top_k(scores.into_iter().enumerate(), k))
     }
-}
-
-/// The `k` best of `scored` (`(row, score)` in row order), best first; ties
-/// go to the lower row. A heap of k, so the rows are not all sorted.
-pub(super) fn top_k(scored: impl IntoIterator<Item = (usize, f32)>, k: usize) -> Vec<(usize, f32)> {
-    let mut heap = BinaryHeap::with_capacity(k + 1);
-    for (row, s) in scored {
-        if heap.len() < k {
-            heap.push(Hit(s, row));
-        } else if heap.peek().is_some_and(|worst: &Hit| s > worst.0) {
-            heap.pop();
-            heap.push(Hit(s, row));
-        }
-    }
-    let mut hits: Vec<(usize, f32)> = heap.into_iter().map(|Hit(s, r)| (r, s)).collect();
-    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    hits
 }
 
 fn short(fingerprint: &str) -> String {

@@ -397,6 +397,42 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// The `k` best of `scored` (`(row, score)` in row order), best first; ties
+/// go to the lower row. A heap of k, so the rows are not all sorted.
+pub(super) fn top_k(scored: impl IntoIterator<Item = (usize, f32)>, k: usize) -> Vec<(usize, f32)> {
+    let mut heap = std::collections::BinaryHeap::with_capacity(k + 1);
+    for (row, s) in scored {
+        if heap.len() < k {
+            heap.push(Hit(s, row));
+        } else if heap.peek().is_some_and(|worst: &Hit| s > worst.0) {
+            heap.pop();
+            heap.push(Hit(s, row));
+        }
+    }
+    let mut hits: Vec<(usize, f32)> = heap.into_iter().map(|Hit(s, r)| (r, s)).collect();
+    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    hits
+}
+
+/// A row and its score, ordered so that a `BinaryHeap` pops the worst first.
+#[derive(PartialEq)]
+struct Hit(f32, usize);
+impl Eq for Hit {}
+impl PartialOrd for Hit {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Hit {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // Reversed: the heap's top is the lowest score (ties: the later row).
+        other
+            .0
+            .total_cmp(&self.0)
+            .then_with(|| self.1.cmp(&other.1))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

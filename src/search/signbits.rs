@@ -132,7 +132,7 @@ impl SignCodes {
                 )
             })
             .collect();
-        super::dense::top_k(scored, k)
+        super::embed::top_k(scored, k)
     }
 }
 

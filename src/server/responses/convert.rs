@@ -1,8 +1,8 @@
 //! The Responses request as a chat request: [`to_chat`], called by
 //! [`super::create_response`], maps the request's tools, `tool_choice`,
 //! `include`, `instructions` and `input` onto a [`ChatCompletionRequest`]
-//! (the input items themselves are read by [`super::input`]), and
-//! [`Params`] puts chat validation's errors back in the Responses
+//! (the input items themselves are read by [`super::input`]), with the
+//! [`Params`] that put chat validation's errors back in the Responses
 //! request's field names.
 
 use serde_json::{json, Value};
@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::super::error::{clip, ApiError};
 use super::super::openai::{ChatCompletionRequest, FunctionSpec, ToolSpec};
 use super::input::conversation;
-use super::types::ResponsesRequest;
+use super::types::{Params, ResponsesRequest};
 
 /// `include` values OpenAI defines (openai-python 3.57 `ResponseIncludable`).
 const INCLUDABLE: &[&str] = &[
@@ -31,57 +31,6 @@ const WEB_SEARCH_TOOLS: &[&str] = &[
     "web_search_2025_08_26",
     "web_search_preview_2025_03_11",
 ];
-
-/// Where each chat message came from in the Responses request, to name the
-/// right field when chat validation refuses one.
-pub(super) struct Params {
-    /// Per chat message: the field it came from (`instructions`, `input`,
-    /// `input[i]`) and the field of its text (`instructions`, `input`,
-    /// `input[i].content`).
-    messages: Vec<(String, String)>,
-    /// Per chat tool (the function tools), its index in the request's `tools`.
-    tools: Vec<usize>,
-}
-
-impl Params {
-    /// Records where the next chat message came from: its `field` and the
-    /// field of its `text`.
-    pub(super) fn push(&mut self, field: impl Into<String>, text: impl Into<String>) {
-        self.messages.push((field.into(), text.into()));
-    }
-
-    /// `error` with its `param` and message in the Responses request's terms.
-    pub(super) fn rename(&self, mut error: ApiError) -> ApiError {
-        let mut names: Vec<(String, String)> = Vec::new();
-        for (k, (field, text)) in self.messages.iter().enumerate() {
-            names.push((format!("messages[{k}].content"), text.clone()));
-            names.push((format!("messages[{k}]"), field.clone()));
-        }
-        // Longest first: `messages[1]` must not rewrite `messages[12]`.
-        names.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
-        names.push(("messages".into(), "input".into()));
-        names.push(("max_completion_tokens".into(), "max_output_tokens".into()));
-        // `tools[k].function.name` of the chat request is `tools[i].name`
-        // here (web search tools are not passed on), rewritten in one pass.
-        let tools = regex::Regex::new(r"tools\[(\d+)\](\.function)?").expect("regex");
-        let rewrite = |text: &str| {
-            let mut out = text.to_string();
-            for (from, to) in &names {
-                out = out.replace(from.as_str(), to);
-            }
-            tools
-                .replace_all(&out, |c: &regex::Captures<'_>| {
-                    let k: usize = c[1].parse().unwrap_or(usize::MAX);
-                    let i = self.tools.get(k).copied().unwrap_or(k);
-                    format!("tools[{i}]")
-                })
-                .into_owned()
-        };
-        error.param = error.param.as_deref().map(rewrite);
-        error.message = rewrite(&error.message);
-        error
-    }
-}
 
 /// The chat request a Responses request runs as.
 ///

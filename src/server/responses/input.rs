@@ -10,7 +10,7 @@ use super::super::error::{clip, ApiError};
 use super::super::openai::{
     ChatMessage, FunctionCall, MessageContent, MessageRole, ToolCallObject,
 };
-use super::convert::Params;
+use super::types::Params;
 
 /// The chat messages of `instructions` (a system message) and `input` (a
 /// string: one user message; an array: its items), each one's source

@@ -2,11 +2,14 @@
 //! API as its official SDKs type them (openai-python 3.57
 //! `openai.types.responses`: `Response`, `ResponseFunctionWebSearch`,
 //! `ResponseReasoningItem`, `ResponseOutputMessage`, `ResponseUsage`).
+//! Beside them, [`Params`]: where each chat message of a converted request
+//! came from, read by `convert` and `input` alike.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::super::citations::UrlCitation;
+use super::super::error::ApiError;
 use super::super::openai::{SearchOptions, SeekerInfo};
 
 /// `POST /v1/responses` body. Unknown fields are ignored, as OpenAI does.
@@ -315,4 +318,55 @@ pub struct ResponseStreamEvent {
     pub event: String,
     /// The event as JSON.
     pub data: String,
+}
+
+/// Where each chat message came from in the Responses request, to name the
+/// right field when chat validation refuses one.
+pub(super) struct Params {
+    /// Per chat message: the field it came from (`instructions`, `input`,
+    /// `input[i]`) and the field of its text (`instructions`, `input`,
+    /// `input[i].content`).
+    pub(super) messages: Vec<(String, String)>,
+    /// Per chat tool (the function tools), its index in the request's `tools`.
+    pub(super) tools: Vec<usize>,
+}
+
+impl Params {
+    /// Records where the next chat message came from: its `field` and the
+    /// field of its `text`.
+    pub(super) fn push(&mut self, field: impl Into<String>, text: impl Into<String>) {
+        self.messages.push((field.into(), text.into()));
+    }
+
+    /// `error` with its `param` and message in the Responses request's terms.
+    pub(super) fn rename(&self, mut error: ApiError) -> ApiError {
+        let mut names: Vec<(String, String)> = Vec::new();
+        for (k, (field, text)) in self.messages.iter().enumerate() {
+            names.push((format!("messages[{k}].content"), text.clone()));
+            names.push((format!("messages[{k}]"), field.clone()));
+        }
+        // Longest first: `messages[1]` must not rewrite `messages[12]`.
+        names.sort_by_key(|(from, _)| std::cmp::Reverse(from.len()));
+        names.push(("messages".into(), "input".into()));
+        names.push(("max_completion_tokens".into(), "max_output_tokens".into()));
+        // `tools[k].function.name` of the chat request is `tools[i].name`
+        // here (web search tools are not passed on), rewritten in one pass.
+        let tools = regex::Regex::new(r"tools\[(\d+)\](\.function)?").expect("regex");
+        let rewrite = |text: &str| {
+            let mut out = text.to_string();
+            for (from, to) in &names {
+                out = out.replace(from.as_str(), to);
+            }
+            tools
+                .replace_all(&out, |c: &regex::Captures<'_>| {
+                    let k: usize = c[1].parse().unwrap_or(usize::MAX);
+                    let i = self.tools.get(k).copied().unwrap_or(k);
+                    format!("tools[{i}]")
+                })
+                .into_owned()
+        };
+        error.param = error.param.as_deref().map(rewrite);
+        error.message = rewrite(&error.message);
+        error
+    }
 }
