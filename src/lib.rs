@@ -263,12 +263,6 @@ mod layout {
         ),
     ];
 
-    /// The top-level modules `line` (code, not a comment) names through
-    /// `crate::x` or `crate::{x, y::z}`.
-    fn crate_modules(line: &str) -> Vec<String> {
-        names_after(line, "crate::")
-    }
-
     /// The first name of every path in `line` that starts with `prefix`
     /// (`crate::`, `super::`), grouped imports read item by item.
     fn names_after(line: &str, prefix: &str) -> Vec<String> {
@@ -334,7 +328,7 @@ mod layout {
                 if code.starts_with("//") {
                     continue;
                 }
-                for module in crate_modules(code) {
+                for module in names_after(code, "crate::") {
                     let to =
                         rank(&module).unwrap_or_else(|| panic!("{module} has no layer in LAYERS"));
                     if to < from {
@@ -446,13 +440,22 @@ mod layout {
 
     #[test]
     fn crate_paths_are_read_from_plain_and_grouped_imports() {
-        assert_eq!(crate_modules("use crate::engine::Engine;"), ["engine"]);
         assert_eq!(
-            crate_modules("use crate::{chat::ChatTurn, search::{dense, Document}, metrics};"),
+            names_after("use crate::engine::Engine;", "crate::"),
+            ["engine"]
+        );
+        assert_eq!(
+            names_after(
+                "use crate::{chat::ChatTurn, search::{dense, Document}, metrics};",
+                "crate::"
+            ),
             ["chat", "search", "metrics"]
         );
         assert_eq!(
-            crate_modules("let x = crate::pages::PageSettings { a: crate::config::B };"),
+            names_after(
+                "let x = crate::pages::PageSettings { a: crate::config::B };",
+                "crate::"
+            ),
             ["pages", "config"]
         );
     }

@@ -436,7 +436,21 @@ mod tests {
 
     /// Feeds `pieces` then finishes; returns the events with adjacent text merged.
     fn scan_pieces<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> (Vec<ScanEvent>, String) {
-        let mut s = TagScanner::new(search_r1());
+        scan_pieces_with(search_r1(), pieces)
+    }
+
+    /// `text` as two pieces, split at byte `cut`.
+    fn halves(text: &str, cut: usize) -> [&[u8]; 2] {
+        let (a, b) = text.as_bytes().split_at(cut);
+        [a, b]
+    }
+
+    /// [`scan_pieces`] with `tags`.
+    fn scan_pieces_with<'a>(
+        tags: TagSet,
+        pieces: impl IntoIterator<Item = &'a [u8]>,
+    ) -> (Vec<ScanEvent>, String) {
+        let mut s = TagScanner::new(tags);
         let mut out = Vec::new();
         for p in pieces {
             s.push_bytes(p, &mut out);
@@ -498,12 +512,7 @@ mod tests {
         let tags = search_r1().with_pages("<access>", "</access>");
         let written = "I will read it. <access> https://a.org/x </access> never kept";
         for cut in 0..=written.len() {
-            let mut s = TagScanner::new(tags.clone());
-            let mut out = Vec::new();
-            s.push_bytes(&written.as_bytes()[..cut], &mut out);
-            s.push_bytes(&written.as_bytes()[cut..], &mut out);
-            s.finish(&mut out);
-            let out = merge(out);
+            let (out, kept) = scan_pieces_with(tags.clone(), halves(written, cut));
             assert_eq!(
                 out,
                 vec![
@@ -514,10 +523,7 @@ mod tests {
                 ],
                 "cut at {cut}"
             );
-            assert_eq!(
-                s.kept_text(),
-                "I will read it. <access> https://a.org/x </access>"
-            );
+            assert_eq!(kept, "I will read it. <access> https://a.org/x </access>");
         }
         // A closing page tag without its opening tag is an invalid action.
         let mut s = TagScanner::new(tags);
@@ -556,20 +562,16 @@ mod tests {
     fn without_an_opening_tag_each_sentence_is_a_query_at_any_split() {
         let written = "The husband of Ann Lee is Bo Tan. The friends of";
         for cut in 0..=written.len() {
-            let mut s = TagScanner::new(ircot());
-            let mut out = Vec::new();
-            s.push_bytes(&written.as_bytes()[..cut], &mut out);
-            s.push_bytes(&written.as_bytes()[cut..], &mut out);
-            s.finish(&mut out);
+            let (out, kept) = scan_pieces_with(ircot(), halves(written, cut));
             assert_eq!(
-                merge(out),
+                out,
                 vec![
                     text(Region::Query, "The husband of Ann Lee is Bo Tan"),
                     ScanEvent::End(RoundEnd::Query("The husband of Ann Lee is Bo Tan".into())),
                 ],
                 "cut at {cut}"
             );
-            assert_eq!(s.kept_text(), "The husband of Ann Lee is Bo Tan.");
+            assert_eq!(kept, "The husband of Ann Lee is Bo Tan.");
         }
         // The next round starts inside a query again.
         let mut s = TagScanner::new(ircot());
@@ -591,18 +593,14 @@ mod tests {
             "The friends of Bo Tan are Cy Lee, so the answer is: Bo Tan, Cy Lee.",
         ] {
             for cut in 0..=written.len() {
-                let mut s = TagScanner::new(ircot());
-                let mut out = Vec::new();
-                s.push_bytes(&written.as_bytes()[..cut], &mut out);
-                s.push_bytes(&written.as_bytes()[cut..], &mut out);
-                s.finish(&mut out);
+                let (out, kept) = scan_pieces_with(ircot(), halves(written, cut));
                 assert_eq!(
-                    merge(out).last(),
+                    out.last(),
                     Some(&ScanEvent::End(RoundEnd::Answer(" Bo Tan, Cy Lee".into()))),
                     "{written:?} cut at {cut}"
                 );
                 let end = written.find("Cy Lee.").unwrap() + "Cy Lee.".len();
-                assert_eq!(s.kept_text(), &written[..end]);
+                assert_eq!(kept, &written[..end]);
             }
         }
         // Articles the model starts writing itself cut the round.
