@@ -37,8 +37,9 @@
 //!   client sends, `response` the completion and its chunks), `api_doc`
 //!   (OpenAPI).
 //! - [`rollout`]: the search loop of one request: `prompt` (the first
-//!   prompt), then round by round `round` (what a round ended in) and
-//!   `search` (its queries at once, pages, splices); `resume` (a client's
+//!   prompt), then round by round `decide` (what a round's end means, pure)
+//!   carried out by `round` and `search` (its queries at once, pages,
+//!   splices); `resume` (a client's
 //!   transcript continued), `answer` (the streamed answer, `stop` strings),
 //!   `types` (requests, events, outcomes).
 //! - [`profile`]: policy profiles (`config/policies/*.toml`): `load` (loading

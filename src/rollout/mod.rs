@@ -32,6 +32,7 @@
 //! engine stream and cancels generation.
 
 mod answer;
+mod decide;
 mod prompt;
 mod resume;
 mod round;
@@ -97,56 +98,88 @@ struct Rollout<'a> {
     ctx: &'a RolloutContext,
     request: &'a RolloutRequest,
     events: &'a mpsc::Sender<RolloutEvent>,
+    /// This rollout's id for the engine ([`GenerationParams::session`]).
+    session: u64,
     /// Prompt and everything after it: what the next round continues.
     transcript: String,
-    /// Byte length of the prompt within `transcript`.
-    prompt_len: usize,
-    usage: RolloutUsage,
-    /// Tokens generated before the current round (now part of its prompt).
-    generated_before_round: usize,
-    documents: Vec<Document>,
-    rounds: Vec<RoundRecord>,
-    /// Search calls and invalid actions so far: what the round cap counts.
-    calls: usize,
-    /// Search calls that ran a query.
-    searches: usize,
-    /// This request's cache: cleaned query → its documents. Failures are not
-    /// kept: the same query later in the rollout tries the backend again.
-    cache: HashMap<String, Vec<Document>>,
-    /// Reasoning-region text generated since the last splice (the fallback answer).
-    since_splice: String,
-    answer: AnswerStripper,
-    /// The request's stop strings, applied to the stripped answer.
-    stop: StopFilter,
-    /// Answer text sent so far: the answer.
-    answer_sent: String,
-    /// The answer region was opened in the current round.
-    answer_open: bool,
+    prompt: PromptState,
+    ledger: Ledger,
+    meter: Meter,
+    answer: AnswerState,
+    reading: Reading,
+    /// The continued message's trusted prefix, if it had one.
+    resumed: Option<Resumed>,
+}
+
+/// How the prompt was built, for what later rounds need of it.
+#[derive(Default)]
+struct PromptState {
+    /// Byte length of the prompt within the transcript.
+    len: usize,
     /// The prompt without the question search's documents (prefetch
     /// profiles only), before the assistant prefix: tells documents that
     /// overflow the context from a conversation that does.
-    bare_prompt: Option<PromptText>,
+    bare: Option<PromptText>,
+    /// The functions the chat template is given: the profile's, then the
+    /// client's (unless its `tool_choice` is `none`).
+    tools: Vec<serde_json::Value>,
+}
+
+/// What the rollout did: its rounds, calls and documents, as its outcome
+/// reports them.
+#[derive(Default)]
+struct Ledger {
+    rounds: Vec<RoundRecord>,
+    /// Search calls, page actions, tool-call turns and invalid actions so
+    /// far: what the round cap counts.
+    calls: usize,
+    /// Search calls that ran a query.
+    searches: usize,
+    documents: Vec<Document>,
+    /// This request's cache: cleaned query → its documents. Failures are not
+    /// kept: the same query later in the rollout tries the backend again.
+    cache: HashMap<String, Vec<Document>>,
+    /// The client calls that ended the rollout.
+    client_calls: Vec<ClientCall>,
+}
+
+/// Tokens, as the engine reported them round by round.
+#[derive(Default)]
+struct Meter {
+    usage: RolloutUsage,
+    /// Tokens generated before the current round (now part of its prompt).
+    generated_before_round: usize,
     /// The engine ran at least one round (otherwise usage is counted apart).
     engine_ran: bool,
-    /// This rollout's id for the engine ([`GenerationParams::session`]).
-    session: u64,
     /// Cached prompt tokens the engine reported for the current round.
     round_cached: Option<usize>,
     /// The current round's whole prompt, in tokens, once the engine took it.
     round_prompt: Option<usize>,
+}
+
+/// The answer as it streams, and the text it falls back to.
+struct AnswerState {
+    /// Reasoning-region text generated since the last splice (the fallback
+    /// answer).
+    since_splice: String,
+    stripper: AnswerStripper,
+    /// The request's stop strings, applied to the stripped answer.
+    stop: StopFilter,
+    /// Answer text sent so far: the answer.
+    sent: String,
+    /// The answer region was opened in the current round.
+    open: bool,
+}
+
+/// The page being read, chunk by chunk (ASearcher's pauses).
+#[derive(Default)]
+struct Reading {
     /// Chunks of the open page still to splice, one per round.
     chunks: VecDeque<PageChunk>,
     /// The chunk spliced last and not yet read: its byte range in the
     /// transcript and its short form, put in its place once the next round
     /// has ended.
-    unread_chunk: Option<(std::ops::Range<usize>, String)>,
-    /// The functions the chat template is given: the profile's, then the
-    /// client's (unless its `tool_choice` is `none`).
-    template_tools: Vec<serde_json::Value>,
-    /// The client calls that ended the rollout.
-    client_calls: Vec<ClientCall>,
-    /// The continued message's trusted prefix, if it had one.
-    resumed: Option<Resumed>,
+    unread: Option<(std::ops::Range<usize>, String)>,
 }
 
 /// Rollout ids, unique in this process.
@@ -162,40 +195,30 @@ impl<'a> Rollout<'a> {
             ctx,
             request,
             events,
-            transcript: String::new(),
-            prompt_len: 0,
-            usage: RolloutUsage::default(),
-            generated_before_round: 0,
-            documents: Vec::new(),
-            rounds: Vec::new(),
-            calls: 0,
-            searches: 0,
-            cache: HashMap::new(),
-            since_splice: String::new(),
-            answer: AnswerStripper::default(),
-            stop: StopFilter::new(&request.stop),
-            answer_sent: String::new(),
-            answer_open: false,
-            bare_prompt: None,
-            engine_ran: false,
             session: NEXT_SESSION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            round_cached: None,
-            round_prompt: None,
-            chunks: VecDeque::new(),
-            unread_chunk: None,
-            template_tools: Vec::new(),
-            client_calls: Vec::new(),
+            transcript: String::new(),
+            prompt: PromptState::default(),
+            ledger: Ledger::default(),
+            meter: Meter::default(),
+            answer: AnswerState {
+                since_splice: String::new(),
+                stripper: AnswerStripper::default(),
+                stop: StopFilter::new(&request.stop),
+                sent: String::new(),
+                open: false,
+            },
+            reading: Reading::default(),
             resumed: None,
         }
     }
 
     /// Sends answer text through the stop filter.
     async fn emit_answer(&mut self, text: &str) -> Result<(), RolloutError> {
-        let out = self.stop.push(text);
+        let out = self.answer.stop.push(text);
         if out.is_empty() {
             return Ok(());
         }
-        self.answer_sent.push_str(&out);
+        self.answer.sent.push_str(&out);
         self.emit(RolloutEvent::Answer(out)).await
     }
 
@@ -227,14 +250,14 @@ impl<'a> Rollout<'a> {
         scanned: &mut Vec<ScanEvent>,
     ) -> Result<Option<FinishReason>, RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
-        let number = self.rounds.iter().filter(|r| r.round > 0).count() + 1;
+        let number = self.ledger.rounds.iter().filter(|r| r.round > 0).count() + 1;
         // While page chunks wait, the round also ends at the pause string.
-        let mut scanner = TagScanner::new(if self.chunks.is_empty() {
+        let mut scanner = TagScanner::new(if self.reading.chunks.is_empty() {
             profile.tag_set()
         } else {
             profile.reading_tag_set()
         });
-        self.answer_open = false;
+        self.answer.open = false;
         let mut round = RoundEnded {
             number,
             end: None,
@@ -257,7 +280,7 @@ impl<'a> Rollout<'a> {
                 round.engine_finish = Some(EngineFinish::Stop);
             }
         }
-        if round.end.is_none() && round.engine_finish.is_none() && !self.stop.stopped {
+        if round.end.is_none() && round.engine_finish.is_none() && !self.answer.stop.stopped {
             if let Some(reason) = self.generate(&mut scanner, scanned, &mut round).await? {
                 return Ok(Some(reason));
             }
@@ -284,7 +307,7 @@ impl<'a> Rollout<'a> {
         let remaining = self
             .request
             .max_tokens
-            .saturating_sub(self.usage.completion_tokens);
+            .saturating_sub(self.meter.usage.completion_tokens);
         if remaining == 0 {
             scanner.finish(scanned);
             self.on_scan_events(scanned).await?;
@@ -316,9 +339,9 @@ impl<'a> Rollout<'a> {
                     }
                     .into());
                 }
-                self.usage.prompt_tokens =
-                    prompt_tokens.saturating_sub(self.generated_before_round);
-                self.engine_ran = true;
+                self.meter.usage.prompt_tokens =
+                    prompt_tokens.saturating_sub(self.meter.generated_before_round);
+                self.meter.engine_ran = true;
                 self.transcript.push_str(scanner.kept_text());
                 self.record(round.number, RoundOutcome::Length, 0);
                 self.announce_round(round.number).await?;
@@ -326,12 +349,12 @@ impl<'a> Rollout<'a> {
             }
             Err(e) => return Err(e.into()),
         };
-        self.engine_ran = true;
-        self.round_prompt = Some(generation.prompt_tokens);
-        self.usage.prompt_tokens = generation
+        self.meter.engine_ran = true;
+        self.meter.round_prompt = Some(generation.prompt_tokens);
+        self.meter.usage.prompt_tokens = generation
             .prompt_tokens
-            .saturating_sub(self.generated_before_round);
-        while round.end.is_none() && round.engine_finish.is_none() && !self.stop.stopped {
+            .saturating_sub(self.meter.generated_before_round);
+        while round.end.is_none() && round.engine_finish.is_none() && !self.answer.stop.stopped {
             let next = tokio::select! {
                 // The client left: stop now, not at the next token (a long
                 // prefill emits nothing for a while). Dropping the stream
@@ -341,14 +364,15 @@ impl<'a> Rollout<'a> {
             };
             match next {
                 Some(Ok(EngineEvent::Text { text, tokens })) => {
-                    self.usage.completion_tokens += tokens;
+                    self.meter.usage.completion_tokens += tokens;
                     round.tokens += tokens;
                     scanner.push(&text, scanned);
                 }
                 Some(Ok(EngineEvent::Prompt { tokens, cached })) => {
-                    self.usage.prompt_tokens = tokens.saturating_sub(self.generated_before_round);
-                    self.round_prompt = Some(tokens);
-                    self.round_cached = cached;
+                    self.meter.usage.prompt_tokens =
+                        tokens.saturating_sub(self.meter.generated_before_round);
+                    self.meter.round_prompt = Some(tokens);
+                    self.meter.round_cached = cached;
                 }
                 Some(Ok(EngineEvent::Done(finish))) => {
                     scanner.finish(scanned);
@@ -365,7 +389,7 @@ impl<'a> Rollout<'a> {
         }
         // Cancels the engine: nothing after the closing tag is kept.
         drop(generation);
-        self.generated_before_round = self.usage.completion_tokens;
+        self.meter.generated_before_round = self.meter.usage.completion_tokens;
         Ok(None)
     }
 
@@ -379,7 +403,11 @@ impl<'a> Rollout<'a> {
             n => n,
         };
         let mut stop = profile.stop_strings();
-        if let Some(pages) = profile.pages.as_ref().filter(|_| !self.chunks.is_empty()) {
+        if let Some(pages) = profile
+            .pages
+            .as_ref()
+            .filter(|_| !self.reading.chunks.is_empty())
+        {
             if !pages.pause.is_empty() {
                 stop.push(pages.pause.clone());
             }
@@ -396,8 +424,8 @@ impl<'a> Rollout<'a> {
     async fn finish(mut self, finish_reason: FinishReason) -> Result<RolloutOutcome, RolloutError> {
         // A turn of calls for the client is no answer.
         let calls = finish_reason == FinishReason::ToolCalls;
-        if !(self.answer.started || self.answer_open || calls) {
-            let after = self.since_splice.trim();
+        if !(self.answer.stripper.started || self.answer.open || calls) {
+            let after = self.answer.since_splice.trim();
             let text = match self.ctx.profile.answer_fallback {
                 AnswerFallback::None => None,
                 AnswerFallback::AfterLastSplice => Some(after.to_string()),
@@ -412,32 +440,32 @@ impl<'a> Rollout<'a> {
             }
         }
         // A partial stop string that never completed is answer text after all.
-        let rest = self.stop.flush();
+        let rest = self.answer.stop.flush();
         if !rest.is_empty() {
-            self.answer_sent.push_str(&rest);
+            self.answer.sent.push_str(&rest);
             self.emit(RolloutEvent::Answer(rest)).await?;
         }
         // No round reached the engine (the client's own assistant message
         // already held the answer): the prompt is still counted.
-        if !self.engine_ran {
+        if !self.meter.engine_ran {
             match self.ctx.text.count_tokens(&self.transcript).await {
-                Ok(n) => self.usage.prompt_tokens = n,
+                Ok(n) => self.meter.usage.prompt_tokens = n,
                 Err(e) => tracing::warn!("usage: counting the prompt's tokens failed: {e}"),
             }
         }
         // What was sent is the answer.
-        let answer = std::mem::take(&mut self.answer_sent);
-        let transcript = self.transcript.split_off(self.prompt_len);
+        let answer = std::mem::take(&mut self.answer.sent);
+        let transcript = self.transcript.split_off(self.prompt.len);
         Ok(RolloutOutcome {
             answer,
             finish_reason,
-            usage: self.usage,
-            searches: self.searches,
-            documents: std::mem::take(&mut self.documents),
-            tool_calls: std::mem::take(&mut self.client_calls),
+            usage: self.meter.usage,
+            searches: self.ledger.searches,
+            documents: std::mem::take(&mut self.ledger.documents),
+            tool_calls: std::mem::take(&mut self.ledger.client_calls),
             prompt: std::mem::take(&mut self.transcript),
             transcript,
-            rounds: std::mem::take(&mut self.rounds),
+            rounds: std::mem::take(&mut self.ledger.rounds),
             resumed: self.resumed,
         })
     }

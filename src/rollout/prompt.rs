@@ -33,22 +33,23 @@ impl Rollout<'_> {
         // The question searched is the user's own text.
         let question = profile.normalize_question(&request.messages[question_at].content);
         let (documents_first, after_prompt) = self.search_question(question).await?;
-        self.template_tools = profile.template_tools().to_vec();
+        self.prompt.tools = profile.template_tools().to_vec();
         let client = &request.client_tools;
         if client.choice != ToolChoice::None {
             // The client's descriptions and schemas are text like its
             // messages: control tokens in them are defused.
-            self.template_tools
+            self.prompt
+                .tools
                 .extend(client.functions.iter().map(|f| defuse_json(f, specials)));
         }
         let mut prompt = match profile.prompt(messages, question_at, documents_first.as_deref()) {
-            PromptText::Chat(turns) => self.ctx.text.render(&turns, &self.template_tools)?,
+            PromptText::Chat(turns) => self.ctx.text.render(&turns, &self.prompt.tools)?,
             PromptText::Raw(text) => text,
         };
         if documents_first.is_some() {
-            self.bare_prompt = Some(profile.prompt(messages, question_at, None));
+            self.prompt.bare = Some(profile.prompt(messages, question_at, None));
         } else if after_prompt.is_some() {
-            self.bare_prompt = Some(PromptText::Raw(prompt.clone()));
+            self.prompt.bare = Some(PromptText::Raw(prompt.clone()));
         }
         prompt.push_str(&profile.assistant_prefix);
         // After the client's function results the turn starts as it does
@@ -58,7 +59,7 @@ impl Rollout<'_> {
                 prompt.push_str(&tools.turn_prefix);
             }
         }
-        self.prompt_len = prompt.len();
+        self.prompt.len = prompt.len();
         self.transcript = prompt;
         if let Some(splice) = after_prompt {
             self.splice(splice).await?;
@@ -121,7 +122,7 @@ impl Rollout<'_> {
         let split = resume::split(&profile, text)?;
         if !split.trusted.is_empty() {
             self.transcript.push_str(split.trusted);
-            self.calls += split.calls;
+            self.ledger.calls += split.calls;
             self.resumed = Some(Resumed {
                 bytes: split.trusted.len(),
                 calls: split.calls,

@@ -52,7 +52,7 @@ impl Rollout<'_> {
         .await?;
         let mut missing: Vec<String> = Vec::new();
         for q in &queries {
-            if !self.cache.contains_key(q) && !missing.contains(q) {
+            if !self.ledger.cache.contains_key(q) && !missing.contains(q) {
                 missing.push(q.clone());
             }
         }
@@ -78,12 +78,12 @@ impl Rollout<'_> {
             let (result, cached, failed_backends) = match fresh.remove(q) {
                 Some(r) => {
                     if let Ok(docs) = &r.result {
-                        self.cache.insert(q.clone(), docs.clone());
+                        self.ledger.cache.insert(q.clone(), docs.clone());
                     }
                     (r.result, r.cached, r.failed_backends)
                 }
                 None => (
-                    Ok(self.cache.get(q).cloned().unwrap_or_default()),
+                    Ok(self.ledger.cache.get(q).cloned().unwrap_or_default()),
                     true,
                     Vec::new(),
                 ),
@@ -106,10 +106,10 @@ impl Rollout<'_> {
             records.push(record);
         }
         for r in &records {
-            self.documents.extend(r.documents.iter().cloned());
+            self.ledger.documents.extend(r.documents.iter().cloned());
         }
         let (prompt_tokens, prompt_tokens_cached) = self.take_round_prompt(round);
-        self.rounds.push(RoundRecord {
+        self.ledger.rounds.push(RoundRecord {
             round,
             outcome: RoundOutcome::Search,
             queries,
@@ -147,7 +147,7 @@ impl Rollout<'_> {
                 .into(),
             None => VecDeque::new(),
         };
-        self.rounds.push(RoundRecord {
+        self.ledger.rounds.push(RoundRecord {
             round,
             outcome: RoundOutcome::Page,
             queries: Vec::new(),
@@ -155,12 +155,12 @@ impl Rollout<'_> {
             results: Vec::new(),
             pages: vec![record.clone()],
             tokens_generated: tokens,
-            prompt_tokens: self.round_prompt.take(),
-            prompt_tokens_cached: self.round_cached.take(),
+            prompt_tokens: self.meter.round_prompt.take(),
+            prompt_tokens_cached: self.meter.round_cached.take(),
         });
         match chunks.pop_front() {
             Some(first) => {
-                self.chunks = chunks;
+                self.reading.chunks = chunks;
                 self.splice_chunk(first).await
             }
             None => {
@@ -233,11 +233,12 @@ impl Rollout<'_> {
                     } else {
                         // A page opened again is one document.
                         let known = self
+                            .ledger
                             .documents
                             .iter()
                             .any(|d| d.id == page.url && d.backend == page.source);
                         if !known {
-                            self.documents.push(Document {
+                            self.ledger.documents.push(Document {
                                 id: page.url.clone(),
                                 title: page.title.clone(),
                                 text: crate::search::clean::truncate_chars(&page.text, 2000)
@@ -266,7 +267,7 @@ impl Rollout<'_> {
     pub(super) async fn splice_chunk(&mut self, chunk: PageChunk) -> Result<(), RolloutError> {
         let start = self.transcript.len();
         if let Some(short) = chunk.short {
-            self.unread_chunk = Some((start..start + chunk.full.len(), short));
+            self.reading.unread = Some((start..start + chunk.full.len(), short));
         }
         self.splice(chunk.full).await
     }
@@ -274,7 +275,7 @@ impl Rollout<'_> {
     /// Appends `splice` to the transcript and shows it in the trace.
     pub(super) async fn splice(&mut self, splice: String) -> Result<(), RolloutError> {
         self.transcript.push_str(&splice);
-        self.since_splice.clear();
+        self.answer.since_splice.clear();
         self.emit(RolloutEvent::Splice(splice)).await
     }
 }
