@@ -22,8 +22,8 @@ use std::time::Instant;
 use clap::Parser;
 use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
+use seeker::config::WeightFormat;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
-use seeker::engine::prepare::WeightFormat;
 use seeker::engine::{Engine, EngineEvent, GenerationParams};
 use seeker::profile::{Profile, QueryOutcome};
 use seeker::search::bm25::Bm25Index;
@@ -37,7 +37,7 @@ struct Args {
     checkpoint: Option<PathBuf>,
     /// In-situ quantization of `--checkpoint` (`auto`, `none`, `q4k`, `q8_0`, …).
     #[arg(long, default_value = "auto")]
-    isq: seeker::engine::checkpoint::Isq,
+    isq: seeker::config::Isq,
     #[arg(long, default_value = seeker::config::DEFAULT_INDEX)]
     index: PathBuf,
     #[arg(long, default_value = "config/policies/search-r1-prefetch.toml")]

@@ -35,8 +35,8 @@ use std::time::Instant;
 use clap::{Parser, Subcommand};
 use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
+use seeker::config::WeightFormat;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
-use seeker::engine::prepare::WeightFormat;
 use seeker::engine::{Engine, EngineEvent, GenerationParams};
 use seeker::profile::Profile;
 
@@ -84,7 +84,7 @@ enum Probe {
         checkpoint: Option<PathBuf>,
         /// In-situ quantization of `--checkpoint`.
         #[arg(long, default_value = "auto")]
-        isq: seeker::engine::checkpoint::Isq,
+        isq: seeker::config::Isq,
         /// Greedy tokens after each prompt.
         #[arg(long, default_value_t = 48)]
         tokens: usize,

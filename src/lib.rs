@@ -13,10 +13,8 @@
 //! [`engine`] → [`search`] → [`pages`] → [`config`] → [`metrics`] → [`chat`] /
 //! [`template`] / [`pyjson`] → [`secret`] / [`tempfiles`]. Imports go down
 //! that order, or stay in a module's own layer; a test (`layout` in this
-//! file) fails for any other, but for the four that go up today: [`config`]
-//! names the engine's weight types and builds the search and page settings
-//! it validates, and `pages::reader` opens corpus documents through the BM25
-//! index of [`search`]. The same test fails when two files of one module
+//! file) fails for any other, but for the two that go up today: [`config`]
+//! builds the search and page settings it validates. The same test fails when two files of one module
 //! import each other, but for four pairs it lists (`engine::{chat_template,
 //! checkpoint}`, `eval::{page, report}`, `eval::{plot, report}`,
 //! `search::{dense, dense_build}`).
@@ -78,7 +76,7 @@
 //!   (snippet clean-up), `setup` (from config).
 //! - [`pages`]: page actions: `guard` (what may be fetched: schemes, hosts,
 //!   every resolved address), `reader` (fetch, cache; corpus documents by id
-//!   or title), `extract` (readable text of HTML) and `shape` (a page's depth
+//!   or title through `corpus`, a trait the BM25 index implements), `extract` (readable text of HTML) and `shape` (a page's depth
 //!   and size before parsing; flat text of one too deep to parse).
 //! - [`metrics`]: every Prometheus metric, one registry per server.
 //! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags),
@@ -244,11 +242,6 @@ mod layout {
     const UPWARD: &[(&str, &str, &str)] = &[
         (
             "config",
-            "engine",
-            "config/model.rs names the weight format and ISQ types it checks",
-        ),
-        (
-            "config",
             "search",
             "config/search.rs builds the dispatcher's, encoder's, dense and hybrid settings and lists the web providers",
         ),
@@ -256,11 +249,6 @@ mod layout {
             "config",
             "pages",
             "config/pages.rs builds the page reader's settings",
-        ),
-        (
-            "pages",
-            "search",
-            "pages/reader.rs opens corpus documents through the BM25 index",
         ),
     ];
 

@@ -43,7 +43,7 @@ enum Command {
         /// overrides model.isq: auto (= q4k), none, q4_0, q4_1, q5_0, q5_1,
         /// q8_0, q2k, q3k, q4k, q5k, q6k.
         #[arg(long)]
-        isq: Option<seeker::engine::checkpoint::Isq>,
+        isq: Option<seeker::config::Isq>,
     },
     /// Build a BM25 index from a JSONL corpus ({"id", "title", "text"} per
     /// line), and/or its dense index with a sentence encoder (`--dense`).
@@ -248,7 +248,8 @@ struct EvalArgs {
 }
 
 fn cmd_prepare(gguf: &Path, out: Option<PathBuf>, format: PrepareFormat) -> anyhow::Result<()> {
-    use seeker::engine::prepare::{prepare, prepared_path, WeightFormat};
+    use seeker::config::WeightFormat;
+    use seeker::engine::prepare::{prepare, prepared_path};
     let format = match format {
         PrepareFormat::Q8_0 => WeightFormat::Q8_0,
         PrepareFormat::F32 => WeightFormat::F32,
@@ -336,7 +337,7 @@ fn cmd_serve(
     host: Option<String>,
     port: Option<u16>,
     model: Option<PathBuf>,
-    isq: Option<seeker::engine::checkpoint::Isq>,
+    isq: Option<seeker::config::Isq>,
 ) -> anyhow::Result<()> {
     let mut config = Config::load(config, env_vars()?)?;
     if let Some(host) = host {

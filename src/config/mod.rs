@@ -22,7 +22,8 @@ mod search;
 mod server;
 
 pub use model::{
-    ActivationDtype, EngineKind, ModelConfig, DEFAULT_GGUF, DEFAULT_MODEL_ID, SMALL_GGUF,
+    ActivationDtype, EngineKind, Isq, ModelConfig, WeightFormat, DEFAULT_GGUF, DEFAULT_MODEL_ID,
+    SMALL_GGUF,
 };
 pub use pages::PagesConfig;
 pub use policy::{GenerationConfig, PolicyConfig};

@@ -1,6 +1,7 @@
 //! `[model]`: [`EngineKind`] and [`ModelConfig`] (the policy model, the
 //! engine that runs it, the remote engine's servers, the prefix cache) with
-//! their checks, and the default and small models' ids and paths
+//! their checks, the values they take that the engine reads ([`Isq`],
+//! [`WeightFormat`]), and the default and small models' ids and paths
 //! ([`DEFAULT_MODEL_ID`], [`DEFAULT_GGUF`], [`SMALL_GGUF`]). Used by `startup`
 //! (which engine to build, on which weights), `engine::remote`, `main` and the
 //! examples' and tests' defaults.
@@ -10,8 +11,6 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigError;
-use crate::engine::checkpoint::Isq;
-use crate::engine::prepare::WeightFormat;
 
 /// Activation dtype for the embedded model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -274,6 +273,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn quantization_names_parse_and_name_themselves() {
+        for name in Isq::NAMES {
+            let isq: Isq = name.parse().unwrap();
+            assert_eq!(serde_json::to_value(isq).unwrap(), *name);
+        }
+        assert!("q9".parse::<Isq>().unwrap_err().contains("q4k"));
+    }
+
+    #[test]
     fn serving_a_path_picks_the_engine_input_and_the_served_id() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("SearchR1-3b");
@@ -311,5 +319,94 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(error.contains("no such file or directory"), "{error}");
+    }
+}
+
+/// In-situ quantization (mistral.rs ISQ): the checkpoint's weights are
+/// quantized while loading, in memory; nothing is written to disk.
+///
+/// `auto` (the default) is `q4k`: the format of the default GGUF
+/// (Q4_K_M), whose CPU kernels seeker's patched candle speeds up on AVX2
+/// (`docs/kernels.md`), at about a quarter of the F16 weights' memory.
+/// Measured against the GGUF path in `bench/README.md` ("Serving a Hugging
+/// Face checkpoint"). The names are mistral.rs's (`parse_isq_value`); the
+/// ones listed are those with CPU kernels in candle.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub enum Isq {
+    #[default]
+    #[serde(rename = "auto")]
+    Auto,
+    /// The checkpoint's weights as they are, in `model.dtype`.
+    #[serde(rename = "none")]
+    None,
+    #[serde(rename = "q4_0")]
+    Q4_0,
+    #[serde(rename = "q4_1")]
+    Q4_1,
+    #[serde(rename = "q5_0")]
+    Q5_0,
+    #[serde(rename = "q5_1")]
+    Q5_1,
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    #[serde(rename = "q2k")]
+    Q2K,
+    #[serde(rename = "q3k")]
+    Q3K,
+    #[serde(rename = "q4k")]
+    Q4K,
+    #[serde(rename = "q5k")]
+    Q5K,
+    #[serde(rename = "q6k")]
+    Q6K,
+}
+
+impl Isq {
+    /// The names accepted in config files and on the command line.
+    pub const NAMES: &'static [&'static str] = &[
+        "auto", "none", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2k", "q3k", "q4k", "q5k", "q6k",
+    ];
+}
+
+impl std::str::FromStr for Isq {
+    type Err = String;
+
+    /// One of [`Isq::NAMES`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+            format!(
+                "unknown quantization {s:?}; one of {}",
+                Isq::NAMES.join(", ")
+            )
+        })
+    }
+}
+
+/// Weight formats `prepare` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WeightFormat {
+    /// The measured winner, picked by [`resolve`] from the file's size and
+    /// weight types (the default).
+    Auto,
+    /// Load the GGUF as it is (what `auto` picks when every quantized
+    /// weight has a SIMD kernel and the F32 copy would exceed 2 GiB).
+    AsIs,
+    /// Re-quantize every quantized weight to Q8_0 (those already in Q8_0,
+    /// and rows that are not whole 32-value blocks, stay as they are).
+    Q8_0,
+    /// Dequantize every weight to F32: dense matmuls (fast prefill on a
+    /// small model; 4 bytes per weight).
+    F32,
+}
+
+impl WeightFormat {
+    /// The file name suffix of a prepared copy (`.q8_0.gguf`); `None` for as-is.
+    pub fn suffix(self) -> Option<&'static str> {
+        match self {
+            Self::AsIs | Self::Auto => None,
+            Self::Q8_0 => Some("q8_0"),
+            Self::F32 => Some("f32"),
+        }
     }
 }

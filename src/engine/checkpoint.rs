@@ -1,6 +1,7 @@
 //! A Hugging Face checkpoint directory as the embedded engine serves it
 //! (`model.checkpoint`), and the in-situ quantization it is loaded with
-//! ([`Isq`]).
+//! ([`Isq`](crate::config::Isq), a config value whose meaning to mistral.rs is
+//! here).
 //!
 //! The layout is the one the seeds publish and `transformers`' `save_pretrained`
 //! writes (Search-R1's `PeterJinGo/SearchR1-*` checkpoints, R1-Searcher's,
@@ -27,56 +28,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "embedded")]
+use crate::config::Isq;
 use anyhow::{anyhow, bail, Context};
-use serde::{Deserialize, Serialize};
 
-/// In-situ quantization (mistral.rs ISQ): the checkpoint's weights are
-/// quantized while loading, in memory; nothing is written to disk.
-///
-/// `auto` (the default) is `q4k`: the format of the default GGUF
-/// (Q4_K_M), whose CPU kernels seeker's patched candle speeds up on AVX2
-/// (`docs/kernels.md`), at about a quarter of the F16 weights' memory.
-/// Measured against the GGUF path in `bench/README.md` ("Serving a Hugging
-/// Face checkpoint"). The names are mistral.rs's (`parse_isq_value`); the
-/// ones listed are those with CPU kernels in candle.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-pub enum Isq {
-    #[default]
-    #[serde(rename = "auto")]
-    Auto,
-    /// The checkpoint's weights as they are, in `model.dtype`.
-    #[serde(rename = "none")]
-    None,
-    #[serde(rename = "q4_0")]
-    Q4_0,
-    #[serde(rename = "q4_1")]
-    Q4_1,
-    #[serde(rename = "q5_0")]
-    Q5_0,
-    #[serde(rename = "q5_1")]
-    Q5_1,
-    #[serde(rename = "q8_0")]
-    Q8_0,
-    #[serde(rename = "q2k")]
-    Q2K,
-    #[serde(rename = "q3k")]
-    Q3K,
-    #[serde(rename = "q4k")]
-    Q4K,
-    #[serde(rename = "q5k")]
-    Q5K,
-    #[serde(rename = "q6k")]
-    Q6K,
-}
-
+// `Isq` is a config value (`config::model`); what it means to mistral.rs is
+// the engine's business.
+#[cfg(feature = "embedded")]
 impl Isq {
-    /// The names accepted in config files and on the command line.
-    pub const NAMES: &'static [&'static str] = &[
-        "auto", "none", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2k", "q3k", "q4k", "q5k", "q6k",
-    ];
-
     /// mistral.rs's quantization type (`None` for [`Isq::None`]).
-    #[cfg(feature = "embedded")]
     pub fn to_mistral(self) -> Option<mistralrs::IsqType> {
         use mistralrs::IsqType as T;
         Some(match self {
@@ -91,20 +51,6 @@ impl Isq {
             Self::Q3K => T::Q3K,
             Self::Q5K => T::Q5K,
             Self::Q6K => T::Q6K,
-        })
-    }
-}
-
-impl std::str::FromStr for Isq {
-    type Err = String;
-
-    /// One of [`Isq::NAMES`].
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
-            format!(
-                "unknown quantization {s:?}; one of {}",
-                Isq::NAMES.join(", ")
-            )
         })
     }
 }
@@ -673,17 +619,10 @@ mod tests {
         assert_eq!(eos.as_deref(), Some("<|im_end|>"));
     }
 
+    #[cfg(feature = "embedded")]
     #[test]
-    fn quantization_names_parse_and_auto_is_q4k() {
-        for name in Isq::NAMES {
-            let isq: Isq = name.parse().unwrap();
-            assert_eq!(serde_json::to_value(isq).unwrap(), *name);
-        }
-        #[cfg(feature = "embedded")]
-        {
-            assert_eq!(Isq::Auto.to_mistral(), Some(mistralrs::IsqType::Q4K));
-            assert_eq!(Isq::None.to_mistral(), None);
-        }
-        assert!("q9".parse::<Isq>().unwrap_err().contains("q4k"));
+    fn auto_quantization_is_q4k_to_mistral_rs() {
+        assert_eq!(Isq::Auto.to_mistral(), Some(mistralrs::IsqType::Q4K));
+        assert_eq!(Isq::None.to_mistral(), None);
     }
 }

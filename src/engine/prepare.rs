@@ -26,40 +26,13 @@ use std::time::Instant;
 use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::Device;
 
+use crate::config::WeightFormat;
+
 /// Largest F32 copy [`WeightFormat::Auto`] writes: 2 GiB (about 500M
 /// parameters). Dense F32 wins on the small 135M model (`bench/README.md`);
 /// decode on a CPU is bound by memory bandwidth, and the 1.5B default model's
 /// 7 GB F32 copy decodes at a quarter of its Q4_K speed.
 pub const AUTO_F32_LIMIT_BYTES: u64 = 2 << 30;
-
-/// Weight formats `prepare` writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WeightFormat {
-    /// The measured winner, picked by [`resolve`] from the file's size and
-    /// weight types (the default).
-    Auto,
-    /// Load the GGUF as it is (what `auto` picks when every quantized
-    /// weight has a SIMD kernel and the F32 copy would exceed 2 GiB).
-    AsIs,
-    /// Re-quantize every quantized weight to Q8_0 (those already in Q8_0,
-    /// and rows that are not whole 32-value blocks, stay as they are).
-    Q8_0,
-    /// Dequantize every weight to F32: dense matmuls (fast prefill on a
-    /// small model; 4 bytes per weight).
-    F32,
-}
-
-impl WeightFormat {
-    /// The file name suffix of a prepared copy (`.q8_0.gguf`); `None` for as-is.
-    pub fn suffix(self) -> Option<&'static str> {
-        match self {
-            Self::AsIs | Self::Auto => None,
-            Self::Q8_0 => Some("q8_0"),
-            Self::F32 => Some("f32"),
-        }
-    }
-}
 
 /// What a rewrite did.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -5,11 +5,13 @@
 //! pages too deep to parse away from its parsers. Profiles decide how a page is chunked and
 //! spliced ([`crate::profile::Pages`]).
 
+pub mod corpus;
 pub mod extract;
 pub mod guard;
 pub mod reader;
 pub mod shape;
 
+pub use corpus::{Article, Corpus};
 pub use extract::html_to_text;
 pub use guard::{refused_reason, Lookup, Refusal, UrlPolicy};
 pub use reader::{Page, PageError, PageReader, PageSettings};

@@ -15,7 +15,7 @@
 //! URL (TTL, bounded in bytes, concurrent misses of one URL fetched once).
 //!
 //! A target that is not an absolute URL opens a document of the local
-//! tantivy corpus by id or title ([`crate::search::bm25::Bm25Index::article`]).
+//! corpus by id or title ([`Corpus`]: the tantivy index is one).
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -27,9 +27,9 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use super::corpus::Corpus;
 use super::guard::{GuardedResolver, Lookup, Refusal, SystemLookup, UrlPolicy};
 use crate::metrics::Metrics;
-use crate::search::bm25::Bm25Index;
 
 /// Hosts the per-host rate limiter tracks before it drops the idle ones.
 const MAX_RATE_HOSTS: usize = 10_000;
@@ -164,7 +164,7 @@ pub struct PageReader {
     rate: Option<DefaultDirectRateLimiter>,
     cache: Option<moka::future::Cache<String, Arc<Page>>>,
     failures: Option<moka::future::Cache<String, PageError>>,
-    corpus: Option<(String, Arc<Bm25Index>)>,
+    corpus: Option<(String, Arc<dyn Corpus>)>,
     metrics: Arc<Metrics>,
 }
 
@@ -244,7 +244,7 @@ impl PageReader {
     }
 
     /// Opens corpus documents from `index`, reported as backend `name`.
-    pub fn with_corpus(mut self, name: &str, index: Arc<Bm25Index>) -> Self {
+    pub fn with_corpus(mut self, name: &str, index: Arc<dyn Corpus>) -> Self {
         self.corpus = Some((name.to_string(), index));
         self
     }

@@ -23,9 +23,10 @@ use crate::e2e::{seeker_bin, shared_index, start_default_model, wait_healthy};
 use crate::qwen::{golden_prompts, round2_prompt, top5_gap};
 use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
-use seeker::engine::checkpoint::{Checkpoint, Isq};
+use seeker::config::Isq;
+use seeker::config::WeightFormat;
+use seeker::engine::checkpoint::Checkpoint;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
-use seeker::engine::prepare::WeightFormat;
 use seeker::engine::vocab::Vocab;
 use seeker::profile::Profile;
 

@@ -7,7 +7,8 @@ use std::io::BufReader;
 
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::Device;
-use seeker::engine::prepare::{prepare, WeightFormat};
+use seeker::config::WeightFormat;
+use seeker::engine::prepare::prepare;
 
 use crate::common::default_data;
 

@@ -22,8 +22,9 @@ use crate::http::sse_data;
 use crate::remote::Llama;
 use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
+use seeker::config::WeightFormat;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
-use seeker::engine::prepare::{resolve, WeightFormat};
+use seeker::engine::prepare::resolve;
 use seeker::engine::{Engine, EngineEvent, GenerationParams};
 use seeker::profile::{Profile, PromptText};
 

@@ -171,7 +171,7 @@ async fn the_chat_template_renders_as_the_embedded_engine_and_llama_server_do() 
             isq: Default::default(),
             dtype: seeker::config::ActivationDtype::F32,
             max_num_seqs: 1,
-            weights: seeker::engine::prepare::WeightFormat::AsIs,
+            weights: seeker::config::WeightFormat::AsIs,
             prefix_cache: false,
             prefix_cache_mib: 2048,
             naive_prefix_cache: false,

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use seeker::chat::{ChatTurn, Role};
 use seeker::config::ActivationDtype;
+use seeker::config::WeightFormat;
 use seeker::engine::mistral::{MistralConfig, MistralEngine};
-use seeker::engine::prepare::WeightFormat;
 use seeker::engine::{Engine, EngineEvent, GenerationParams};
 
 use crate::common::{default_data, metrics_of, profile};

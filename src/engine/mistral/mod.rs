@@ -58,11 +58,10 @@ use either::Either;
 use mistralrs::{SamplingParams, StopTokens};
 use tokio::sync::mpsc;
 
-use super::checkpoint::Isq;
-use super::prepare::WeightFormat;
 use super::text::TokenCount;
 use super::{Engine, EngineError, EngineEvent, Generation, GenerationParams};
 use crate::config::ActivationDtype;
+use crate::config::{Isq, WeightFormat};
 use crate::metrics::Metrics;
 use reuse_state::{Pending, Reuse};
 pub use reuse_state::{FLUSH_ERROR_MARK, FLUSH_TOKEN};

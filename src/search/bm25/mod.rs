@@ -27,6 +27,7 @@ use tantivy::tokenizer::TokenStream;
 use tantivy::{DocAddress, Index, IndexReader, ReloadPolicy, TantivyDocument, Term};
 
 use super::{Document, SearchBackend, SearchError};
+use crate::pages::{Article, Corpus};
 
 mod build;
 pub use build::{build_index, sha256_file};
@@ -325,14 +326,11 @@ fn text_of(doc: &TantivyDocument, field: Field) -> String {
         .to_string()
 }
 
-/// A corpus document opened whole by a page action.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Article {
-    /// The id of its first passage.
-    pub id: String,
-    pub title: String,
-    /// Every passage with that title, in corpus order, joined by blank lines.
-    pub text: String,
+/// The page reader opens corpus documents through the index.
+impl Corpus for Bm25Index {
+    fn article(&self, locator: &str) -> Result<Option<Article>, String> {
+        Bm25Index::article(self, locator).map_err(|e| e.to_string())
+    }
 }
 
 /// Passages of one title joined into an article, at most.
