@@ -9,11 +9,11 @@
 
 use std::collections::HashSet;
 
-use super::{ClientTools, FinishReason, RoundOutcome, RoundRecord, ToolChoice};
+use super::{ClientTools, FinishReason, RoundEnded, RoundOutcome, RoundRecord, ToolChoice};
 use crate::engine::EngineFinish;
 use crate::profile::{CallPlan, CleanedQueries, Profile};
 use crate::scanner::RoundEnd;
-use crate::toolcall::{parse_turn, ToolCall};
+use crate::toolcall::{parse_turn, Invocation, ToolCall};
 
 /// What the rollout has done so far, as far as [`decide`] needs it.
 pub(super) struct RoundState<'a> {
@@ -29,17 +29,6 @@ pub(super) struct RoundState<'a> {
     /// The rounds so far: their queries are the ones already searched, for
     /// profiles that answer a repeated query (`tools.repeated`).
     pub rounds: &'a [RoundRecord],
-}
-
-/// How a round ended, as [`decide`] reads it.
-pub(super) struct RoundEndView<'a> {
-    /// The closing tag (or pause) the scanner ended the round at; `None` when
-    /// the engine stopped by itself.
-    pub end: Option<&'a RoundEnd>,
-    /// Why the engine stopped, when it did.
-    pub engine_finish: Option<EngineFinish>,
-    /// The round's text as the scanner kept it (through the closing tag).
-    pub kept: &'a str,
 }
 
 /// What to do with a round that ended: the text that stays in the transcript,
@@ -73,7 +62,7 @@ pub(super) enum Step {
     /// Calls of the client's functions end the turn (finish reason
     /// `tool_calls`): all of them when it allows parallel calls, else the
     /// first. Calls of seeker's own functions in the same turn do not run.
-    ClientCalls(Vec<ToolCall>),
+    ClientCalls(Vec<Invocation>),
     /// A turn of calls seeker runs, each with its plan (repeated queries
     /// already answered where the profile says so); one call against the cap.
     Tools {
@@ -99,7 +88,8 @@ pub(super) enum Step {
     NoPage,
 }
 
-/// What the end of a round means for `profile`'s rollout in `state`.
+/// What the end of `round`, whose text the scanner kept as `kept` (through
+/// its closing tag), means for `profile`'s rollout in `state`.
 ///
 /// The order of the checks is the protocol's: a pause while reading wins;
 /// then a stop string that ended the answer; then, for a tool-calling policy
@@ -110,9 +100,9 @@ pub(super) enum Step {
 pub(super) fn decide(
     profile: &Profile,
     state: &RoundState<'_>,
-    round: &RoundEndView<'_>,
+    round: &RoundEnded,
+    kept: &str,
 ) -> Decision {
-    let kept = round.kept;
     let text = |step| Decision {
         keep: kept.to_string(),
         step,
@@ -122,7 +112,7 @@ pub(super) fn decide(
         reason,
         fallback: true,
     };
-    if matches!(round.end, Some(RoundEnd::Pause)) {
+    if round.end == Some(RoundEnd::Pause) {
         return text(Step::ReadOn);
     }
     if state.stopped {
@@ -131,7 +121,7 @@ pub(super) fn decide(
     let capped = state.calls >= profile.max_searches;
     // A tool-calling policy's turn ended (end of sequence, or it started
     // writing the tool response itself): its calls, if any, are the action.
-    let turn_ended = match round.end {
+    let turn_ended = match &round.end {
         None => round.engine_finish != Some(EngineFinish::Length),
         Some(RoundEnd::DocumentsOpened) => true,
         Some(_) => false,
@@ -147,9 +137,10 @@ pub(super) fn decide(
         if let Some(answer) = profile.answer_of(&calls) {
             return text(Step::AnswerCall(answer));
         }
-        let for_client: Vec<ToolCall> = calls
+        let for_client: Vec<Invocation> = calls
             .iter()
-            .filter(|c| matches!(&c.parsed, Ok(call) if client.has(&call.name)))
+            .filter_map(|c| c.parsed.as_ref().ok())
+            .filter(|call| client.has(&call.name))
             .take(if client.parallel { usize::MAX } else { 1 })
             .cloned()
             .collect();
@@ -183,14 +174,16 @@ pub(super) fn decide(
             };
         }
     }
-    match round.end {
+    match &round.end {
         Some(RoundEnd::Query(raw)) if !state.answer_started => {
             let keep = profile.round_text(kept, &profile.query_close);
-            let cleaned = profile.clean_queries(raw);
-            let step = if capped {
+            if capped {
                 // The round cap: this final round's search call is not run.
-                finish(RoundOutcome::Search, FinishReason::Length)
-            } else if !cleaned.queries.is_empty() {
+                let step = finish(RoundOutcome::Search, FinishReason::Length);
+                return Decision { keep, step };
+            }
+            let cleaned = profile.clean_queries(raw);
+            let step = if !cleaned.queries.is_empty() {
                 Step::Search(cleaned)
             } else if profile.no_query.is_empty() {
                 finish(RoundOutcome::NoQuery, FinishReason::Stop)
@@ -236,7 +229,8 @@ pub(super) fn decide(
                 })
             }
         }
-        Some(RoundEnd::Pause) => unreachable!("a pause was handled first"),
+        // Handled first, above.
+        Some(RoundEnd::Pause) => text(Step::ReadOn),
         None => match round.engine_finish {
             Some(EngineFinish::Length) => text(finish(RoundOutcome::Length, FinishReason::Length)),
             _ => text(finish(RoundOutcome::Eos, FinishReason::Stop)),
@@ -335,12 +329,13 @@ mod tests {
                 client: &self.client,
                 rounds: &self.rounds,
             };
-            let view = RoundEndView {
-                end: end.as_ref(),
+            let round = RoundEnded {
+                number: 1,
+                end,
                 engine_finish,
-                kept,
+                tokens: 9,
             };
-            decide(&shipped(profile), &state, &view)
+            decide(&shipped(profile), &state, &round, kept)
         }
     }
 
@@ -641,7 +636,7 @@ mod tests {
         let names = |step: Step| match step {
             Step::ClientCalls(calls) => calls
                 .into_iter()
-                .map(|c| c.parsed.unwrap().arguments["city"].to_string())
+                .map(|call| call.arguments["city"].to_string())
                 .collect::<Vec<_>>(),
             other => panic!("{other:?}"),
         };

@@ -56,7 +56,7 @@ pub use types::{
     ToolChoice,
 };
 
-/// How a round ended, for [`Rollout::end_round`].
+/// How a round ended, for [`Rollout::end_round`] and `decide`.
 struct RoundEnded {
     /// From 1.
     number: usize,

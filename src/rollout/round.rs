@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::decide::{decide, Decision, RoundEndView, RoundState, Step};
+use super::decide::{decide, Decision, RoundState, Step};
 use super::{
     ClientCall, FinishReason, Rollout, RolloutError, RolloutEvent, RoundEnded, RoundOutcome,
     RoundRecord,
@@ -39,12 +39,7 @@ impl Rollout<'_> {
         kept: &str,
     ) -> Result<Option<FinishReason>, RolloutError> {
         let profile = Arc::clone(&self.ctx.profile);
-        let RoundEnded {
-            number,
-            end,
-            engine_finish,
-            tokens,
-        } = round;
+        let (number, tokens) = (round.number, round.tokens);
         // The chunk spliced before this round has been read: later prompts
         // carry its short form (ASearcher's `short_text`).
         if let Some((range, short)) = self.reading.unread.take() {
@@ -57,12 +52,7 @@ impl Rollout<'_> {
             client: &self.request.client_tools,
             rounds: &self.ledger.rounds,
         };
-        let view = RoundEndView {
-            end: end.as_ref(),
-            engine_finish,
-            kept,
-        };
-        let Decision { keep, step } = decide(&profile, &state, &view);
+        let Decision { keep, step } = decide(&profile, &state, &round, kept);
         if step != Step::ReadOn {
             // The model acted before reading the rest of the page.
             self.reading.chunks.clear();
@@ -97,7 +87,6 @@ impl Rollout<'_> {
             Step::ClientCalls(calls) => {
                 self.ledger.client_calls = calls
                     .iter()
-                    .filter_map(|c| c.parsed.as_ref().ok())
                     .map(|call| ClientCall {
                         id: format!("call_{}", uuid::Uuid::new_v4().simple()),
                         name: call.name.clone(),
