@@ -14,10 +14,10 @@
 //! [`template`] / [`pyjson`] → [`secret`] / [`tempfiles`]. Imports go down
 //! that order, or stay in a module's own layer; a test (`layout` in this
 //! file) fails for any other, but for the two that go up today: [`config`]
-//! builds the search and page settings it validates. The same test fails when two files of one module
-//! import each other, but for four pairs it lists (`engine::{chat_template,
-//! checkpoint}`, `eval::{page, report}`, `eval::{plot, report}`,
-//! `search::{dense, dense_build}`).
+//! builds the search and page settings it validates. The same test fails
+//! when two files of one module import each other, but for four pairs it
+//! lists (`engine::{chat_template, checkpoint}`, `eval::{page, report}`,
+//! `eval::{plot, report}`, `search::{dense, dense_build}`).
 //!
 //! - [`startup`]: the composition root: config → profiles, dispatcher, HTTP
 //!   state, listener, the engine (embedded, loaded in the background, or
@@ -37,9 +37,8 @@
 //! - [`rollout`]: the search loop of one request: `prompt` (the first
 //!   prompt), then round by round `decide` (what a round's end means, pure)
 //!   carried out by `round` and `search` (its queries at once, pages,
-//!   splices); `resume` (a client's
-//!   transcript continued), `answer` (the streamed answer, `stop` strings),
-//!   `types` (requests, events, outcomes).
+//!   splices); `resume` (a client's transcript continued), `answer` (the
+//!   streamed answer, `stop` strings), `types` (requests, events, outcomes).
 //! - [`profile`]: policy profiles (`config/policies/*.toml`): `load` (loading
 //!   and validation), `schema` (the TOML schema), `text` (prompt, queries,
 //!   splices, `defuse`) and `tools` (tool calls' queries and responses).
@@ -75,9 +74,10 @@
 //!   (`/search`, `/batch_search`) and `r1searcher` (`/queries`), `clean`
 //!   (snippet clean-up), `setup` (from config).
 //! - [`pages`]: page actions: `guard` (what may be fetched: schemes, hosts,
-//!   every resolved address), `reader` (fetch, cache; corpus documents by id
-//!   or title through `corpus`, a trait the BM25 index implements), `extract` (readable text of HTML) and `shape` (a page's depth
-//!   and size before parsing; flat text of one too deep to parse).
+//!   every resolved address), `reader` (fetch, cache), `corpus` (corpus
+//!   documents by id or title: a trait the BM25 index implements),
+//!   `extract` (readable text of HTML) and `shape` (a page's depth and size
+//!   before parsing; flat text of one too deep to parse).
 //! - [`metrics`]: every Prometheus metric, one registry per server.
 //! - [`config`]: the typed configuration (`config/seeker.toml`, env, flags),
 //!   one file per section (`server`, `model`, `search`, `pages`, `policy`),

@@ -268,60 +268,6 @@ impl ModelConfig {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quantization_names_parse_and_name_themselves() {
-        for name in Isq::NAMES {
-            let isq: Isq = name.parse().unwrap();
-            assert_eq!(serde_json::to_value(isq).unwrap(), *name);
-        }
-        assert!("q9".parse::<Isq>().unwrap_err().contains("q4k"));
-    }
-
-    #[test]
-    fn serving_a_path_picks_the_engine_input_and_the_served_id() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("SearchR1-3b");
-        std::fs::create_dir(&dir).unwrap();
-        let gguf = tmp.path().join("policy.Q4_K_M.gguf");
-        std::fs::write(&gguf, b"GGUF").unwrap();
-
-        let mut model = ModelConfig::default();
-        model.serve(&dir).unwrap();
-        assert_eq!(
-            (model.checkpoint.as_path(), model.id.as_str()),
-            (dir.as_path(), "SearchR1-3b")
-        );
-
-        // A file after a directory: the GGUF, and no checkpoint; the id
-        // set above is kept (it is no longer the default).
-        model.serve(&gguf).unwrap();
-        assert_eq!(model.gguf, gguf);
-        assert!(model.checkpoint.as_os_str().is_empty());
-        assert_eq!(model.id, "SearchR1-3b");
-        let mut fresh = ModelConfig::default();
-        fresh.serve(&gguf).unwrap();
-        assert_eq!(fresh.id, "policy.Q4_K_M");
-
-        // An id from the config wins.
-        let mut named = ModelConfig {
-            id: "mine".into(),
-            ..ModelConfig::default()
-        };
-        named.serve(&dir).unwrap();
-        assert_eq!(named.id, "mine");
-
-        let error = ModelConfig::default()
-            .serve(&tmp.path().join("missing"))
-            .unwrap_err()
-            .to_string();
-        assert!(error.contains("no such file or directory"), "{error}");
-    }
-}
-
 /// In-situ quantization (mistral.rs ISQ): the checkpoint's weights are
 /// quantized while loading, in memory; nothing is written to disk.
 ///
@@ -382,11 +328,12 @@ impl std::str::FromStr for Isq {
     }
 }
 
-/// Weight formats `prepare` writes.
+/// Weight formats `engine::prepare` writes (`model.weights`, `seeker prepare`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightFormat {
-    /// The measured winner, picked by [`resolve`] from the file's size and
+    /// The measured winner, picked by
+    /// [`resolve`](crate::engine::prepare::resolve) from the file's size and
     /// weight types (the default).
     Auto,
     /// Load the GGUF as it is (what `auto` picks when every quantized
@@ -408,5 +355,59 @@ impl WeightFormat {
             Self::Q8_0 => Some("q8_0"),
             Self::F32 => Some("f32"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantization_names_parse_and_name_themselves() {
+        for name in Isq::NAMES {
+            let isq: Isq = name.parse().unwrap();
+            assert_eq!(serde_json::to_value(isq).unwrap(), *name);
+        }
+        assert!("q9".parse::<Isq>().unwrap_err().contains("q4k"));
+    }
+
+    #[test]
+    fn serving_a_path_picks_the_engine_input_and_the_served_id() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("SearchR1-3b");
+        std::fs::create_dir(&dir).unwrap();
+        let gguf = tmp.path().join("policy.Q4_K_M.gguf");
+        std::fs::write(&gguf, b"GGUF").unwrap();
+
+        let mut model = ModelConfig::default();
+        model.serve(&dir).unwrap();
+        assert_eq!(
+            (model.checkpoint.as_path(), model.id.as_str()),
+            (dir.as_path(), "SearchR1-3b")
+        );
+
+        // A file after a directory: the GGUF, and no checkpoint; the id
+        // set above is kept (it is no longer the default).
+        model.serve(&gguf).unwrap();
+        assert_eq!(model.gguf, gguf);
+        assert!(model.checkpoint.as_os_str().is_empty());
+        assert_eq!(model.id, "SearchR1-3b");
+        let mut fresh = ModelConfig::default();
+        fresh.serve(&gguf).unwrap();
+        assert_eq!(fresh.id, "policy.Q4_K_M");
+
+        // An id from the config wins.
+        let mut named = ModelConfig {
+            id: "mine".into(),
+            ..ModelConfig::default()
+        };
+        named.serve(&dir).unwrap();
+        assert_eq!(named.id, "mine");
+
+        let error = ModelConfig::default()
+            .serve(&tmp.path().join("missing"))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("no such file or directory"), "{error}");
     }
 }

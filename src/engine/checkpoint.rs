@@ -1,6 +1,6 @@
 //! A Hugging Face checkpoint directory as the embedded engine serves it
 //! (`model.checkpoint`), and the in-situ quantization it is loaded with
-//! ([`Isq`](crate::config::Isq), a config value whose meaning to mistral.rs is
+//! ([`crate::config::Isq`], a config value whose meaning to mistral.rs is
 //! here).
 //!
 //! The layout is the one the seeds publish and `transformers`' `save_pretrained`
@@ -28,9 +28,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use anyhow::{anyhow, bail, Context};
+
 #[cfg(feature = "embedded")]
 use crate::config::Isq;
-use anyhow::{anyhow, bail, Context};
 
 // `Isq` is a config value (`config::model`); what it means to mistral.rs is
 // the engine's business.

@@ -14,8 +14,7 @@ pub struct Article {
 }
 
 /// Documents a page action opens by id or title when its target is not an
-/// absolute URL: the local corpus (`search::bm25::Bm25Index` is one). Defined
-/// here, below the search layer, so that the reader needs nothing of it.
+/// absolute URL: the local corpus (`search::bm25::Bm25Index` is one).
 pub trait Corpus: Send + Sync + 'static {
     /// The article `locator` names (a document id, else a title), or `None`.
     /// Synchronous: the reader calls it off the async runtime.

@@ -606,6 +606,21 @@ mod tests {
         );
     }
 
+    /// Without an opening query tag, a closing tag that also opens the answer
+    /// would end every round as a query before any answer: refused.
+    #[test]
+    fn an_empty_query_open_needs_a_close_apart_from_the_answer_open() {
+        let path = Path::new("config/policies/broken.toml");
+        let ircot = std::fs::read_to_string(&load("ircot").source).unwrap();
+        let same = ircot.replace("answer_open = \"answer is:\"", "answer_open = \".\"");
+        assert_ne!(same, ircot);
+        let err = Profile::parse(&same, path).unwrap_err().to_string();
+        assert!(
+            err.contains("tags.query_close") && err.contains("tags.answer_open"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn shipped_profiles_all_load() {
         let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/policies"));

@@ -2,7 +2,7 @@
 //! API as its official SDKs type them (openai-python 3.57
 //! `openai.types.responses`: `Response`, `ResponseFunctionWebSearch`,
 //! `ResponseReasoningItem`, `ResponseOutputMessage`, `ResponseUsage`).
-//! Beside them, [`Params`]: where each chat message of a converted request
+//! Beside them, `Params`: where each chat message of a converted request
 //! came from, read by `convert` and `input` alike.
 
 use serde::{Deserialize, Serialize};
